@@ -1,0 +1,94 @@
+#pragma once
+/// @file
+/// @brief The reverse-mode graph: a `Node` per differentiable tensor, pointing
+/// at the nodes of its inputs; `TensorNode` holds the gradient (in the dual
+/// layout) and the rule that pushes it to the inputs. Each rule is recorded by
+/// the operation that made the tensor (transition/differentiable.hpp for the
+/// transitions, ops/ for local math), so nobody writes a backward by hand at
+/// the call site.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_set>
+#include <vector>
+
+#include "shardex/device/tensor_fwd.hpp"
+
+namespace shardex::autodiff {
+
+class Node {
+public:
+  virtual ~Node() = default;
+  /// The operation that made this tensor ("leaf" for parameters).
+  const char* op = "leaf";
+  std::vector<std::shared_ptr<Node>> inputs;
+
+  [[nodiscard]] bool is_leaf() const noexcept { return inputs.empty(); }
+  [[nodiscard]] virtual bool has_grad() const noexcept = 0;
+  /// Sets the gradient to ones (the seed of backward(loss)).
+  virtual void seed() = 0;
+  /// Pushes this node's gradient to its inputs.
+  virtual void propagate() = 0;
+  /// Drops the gradient of an intermediate once it has been propagated.
+  virtual void release() = 0;
+};
+
+template <class T, LayoutTag L, class Device>
+class TensorNode final : public Node {
+public:
+  using grad_type = Tensor<T, dual_t<L>, Device>;
+  std::optional<grad_type> grad;
+  /// Given this node's gradient, adds the contributions to the inputs' nodes.
+  std::function<void(const grad_type&)> backward;
+  /// The tensor's own shape and mapping (what a ones-seed or a zero gradient needs).
+  std::function<grad_type(T)> make_full;
+
+  [[nodiscard]] bool has_grad() const noexcept override { return grad.has_value(); }
+  void seed() override { grad = make_full(T(1)); }
+  void propagate() override {
+    if (grad && backward) backward(*grad);
+  }
+  void release() override {
+    if (!is_leaf()) grad.reset();
+  }
+
+  /// grad += g. A leaf owns its gradient (it accumulates across steps); an
+  /// intermediate takes the first contribution as it is and sums out of place
+  /// afterwards, so no storage shared with another tensor is ever written.
+  void accumulate(const grad_type& g) {
+    if (!grad) {
+      grad = is_leaf() ? g.clone() : g;
+    } else if (is_leaf()) {
+      Device::axpy(grad->size(), T(1), g.data(), grad->data());
+    } else {
+      grad_type sum = grad->clone();
+      Device::axpy(sum.size(), T(1), g.data(), sum.data());
+      grad = sum;
+    }
+  }
+};
+
+/// Every node reachable from `root`, inputs before the nodes that use them.
+/// The order depends only on the graph, so it is the same on every rank and
+/// the collectives of the backward pass line up.
+inline std::vector<Node*> topological_order(Node* root) {
+  std::vector<Node*> order;
+  std::vector<std::pair<Node*, std::size_t>> stack{{root, 0}};
+  std::unordered_set<Node*> seen{root};
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    if (next < n->inputs.size()) {
+      Node* child = n->inputs[next++].get();
+      if (seen.insert(child).second) {
+        stack.emplace_back(child, 0);
+      }
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+}  // namespace shardex::autodiff

@@ -1,0 +1,139 @@
+#pragma once
+/// @file
+/// @brief `shardex::mpi::Communicator`: a shared RAII handle to an MPI
+/// communicator, with the small set of primitives every lowering plan is built
+/// from (see lower/). Errors become `backend_error` with MPI's error string.
+///
+/// **Concept `CollectiveBackend`** (lower/backend.hpp). Models: this class.
+///
+/// The primitives take raw host pointers and element counts; counts of zero
+/// are legal and move nothing. Equal-count primitives: `all_gather`,
+/// `reduce_scatter`, `all_reduce`, `all_to_all`. Grouped point-to-point and
+/// rooted primitives go through `Group`, which issues non-blocking calls and
+/// waits for all of them at `end()` (the reference's coalescing manager).
+/// MPI's own `v` collectives: `all_gather_v`, `reduce_scatter_v`, `all_to_all_v`.
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shardex/core/error.hpp"
+
+namespace shardex::mpi {
+
+/// The MPI datatype of T (float, double, int64_t, char).
+template <class T> MPI_Datatype datatype();
+template <> inline MPI_Datatype datatype<float>() { return MPI_FLOAT; }
+template <> inline MPI_Datatype datatype<double>() { return MPI_DOUBLE; }
+template <> inline MPI_Datatype datatype<std::int64_t>() { return MPI_INT64_T; }
+template <> inline MPI_Datatype datatype<char>() { return MPI_CHAR; }
+
+/// Throws backend_error("<what>: <MPI error string>") if rc is not MPI_SUCCESS.
+void check(int rc, const char* what);
+
+/// MPI counts are `int`; this refuses larger ones with a clear message.
+int to_count(std::int64_t n, const char* what);
+std::vector<int> to_counts(std::span<const std::int64_t> n, const char* what);
+
+class Communicator;
+
+/// Non-blocking rooted and point-to-point calls issued together and completed
+/// together by `end()`. Buffers must stay alive until `end()` returns.
+class Group {
+public:
+  explicit Group(const Communicator& c) : comm_(&c) {}
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group();
+
+  template <class T> void broadcast(T* buf, std::int64_t count, int root) { broadcast_raw(buf, count, datatype<T>(), root); }
+  /// Sum of every rank's `send` into `recv` on `root` (recv is ignored elsewhere).
+  template <class T> void reduce(const T* send, T* recv, std::int64_t count, int root) { reduce_raw(send, recv, count, datatype<T>(), root); }
+  template <class T> void send(const T* buf, std::int64_t count, int peer) { send_raw(buf, count, datatype<T>(), peer); }
+  template <class T> void recv(T* buf, std::int64_t count, int peer) { recv_raw(buf, count, datatype<T>(), peer); }
+  void end();
+
+private:
+  void broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root);
+  void reduce_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t, int root);
+  void send_raw(const void* buf, std::int64_t count, MPI_Datatype t, int peer);
+  void recv_raw(void* buf, std::int64_t count, MPI_Datatype t, int peer);
+  const Communicator* comm_;
+  std::vector<MPI_Request> requests_;
+};
+
+class Communicator {
+public:
+  /// An empty handle; every call on it throws. Use world() or duplicate().
+  Communicator() = default;
+  /// A duplicate of MPI_COMM_WORLD (shardex's traffic never mixes with the user's).
+  static Communicator world();
+  /// Wraps `comm`, duplicating it; the duplicate is freed with the last handle.
+  static Communicator duplicate(MPI_Comm comm);
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] MPI_Comm native() const noexcept;
+  /// Sub-communicator of the ranks passing the same `color`, ordered by `key`.
+  [[nodiscard]] Communicator split(int color, int key) const;
+  /// Ranks of this communicator on the same node (shared memory).
+  [[nodiscard]] Communicator split_node_local() const;
+  void barrier() const;
+
+  // Equal-count collectives. `count` is per rank.
+  template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, datatype<T>()); }
+  template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, datatype<T>()); }
+  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, count, datatype<T>()); }
+  template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, datatype<T>()); }
+  template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, datatype<T>(), root); }
+
+  // MPI's v collectives (uneven counts; counts and displacements in elements).
+  static constexpr bool has_v_collectives = true;
+  template <class T>
+  void all_gather_v(const T* send, std::int64_t count, T* recv, std::span<const std::int64_t> counts,
+                    std::span<const std::int64_t> displs) const {
+    all_gather_v_raw(send, count, recv, counts, displs, datatype<T>());
+  }
+  template <class T>
+  void reduce_scatter_v(const T* send, T* recv, std::span<const std::int64_t> counts) const {
+    reduce_scatter_v_raw(send, recv, counts, datatype<T>());
+  }
+  template <class T>
+  void all_to_all_v(const T* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs, T* recv,
+                    std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) const {
+    all_to_all_v_raw(send, send_counts, send_displs, recv, recv_counts, recv_displs, datatype<T>());
+  }
+
+  /// Element-wise minimum over ranks, in place (used by the cross-rank checks).
+  void all_reduce_min(std::int64_t* buf, int count) const;
+
+  [[nodiscard]] Group group() const { return Group(*this); }
+
+private:
+  struct Handle;
+  explicit Communicator(std::shared_ptr<Handle> h);
+  void all_gather_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const;
+  void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const;
+  void all_reduce_raw(void* buf, std::int64_t count, MPI_Datatype t) const;
+  void all_to_all_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const;
+  void broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root) const;
+  void all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
+                        std::span<const std::int64_t> displs, MPI_Datatype t) const;
+  void reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts, MPI_Datatype t) const;
+  void all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
+                        void* recv, std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
+                        MPI_Datatype t) const;
+
+  std::shared_ptr<Handle> handle_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace shardex::mpi

@@ -1,0 +1,24 @@
+#pragma once
+/// @file
+/// @brief RAII set-up and tear-down of MPI. Construct one in `main` before any
+/// communicator; its destructor finalizes MPI (unless MPI was already
+/// initialized by someone else, in which case it leaves MPI alone).
+
+namespace shardex::mpi {
+
+class Environment {
+public:
+  Environment(int& argc, char**& argv);
+  Environment();
+  ~Environment();
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+
+  /// Whether MPI is initialized and not yet finalized.
+  static bool active() noexcept;
+
+private:
+  bool owns_ = false;
+};
+
+}  // namespace shardex::mpi

@@ -1,0 +1,28 @@
+#pragma once
+/// @file
+/// @brief How much checking a collective does before it moves data.
+///
+/// - `CheckLevel::communicating` (default): before each collective the ranks
+///   agree, with one small all-reduce, that every rank's input is valid and that
+///   all ranks are making the same call (operation, dtype, shapes, lengths).
+///   A bad input on one rank then makes *every* rank throw the same message,
+///   and mismatched calls are reported instead of hanging.
+/// - `CheckLevel::local`: only the checks a rank can do alone. Saves one
+///   latency-bound all-reduce per collective; a bad input on one rank then
+///   throws there while its peers may wait in the collective.
+
+namespace shardex {
+
+enum class CheckLevel { local, communicating };
+
+namespace detail {
+inline CheckLevel& check_level_ref() noexcept {
+  static CheckLevel level = CheckLevel::communicating;
+  return level;
+}
+}  // namespace detail
+
+inline CheckLevel check_level() noexcept { return detail::check_level_ref(); }
+inline void set_check_level(CheckLevel level) noexcept { detail::check_level_ref() = level; }
+
+}  // namespace shardex

@@ -1,0 +1,84 @@
+#pragma once
+/// @file
+/// @brief `Shape`: the extents of a row-major N-d array (N <= Shape::max_rank),
+/// and the (outer, extent, inner) view of one dim that every sharded copy uses.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+
+#include "shardex/core/error.hpp"
+
+namespace shardex {
+
+/// Extents of a row-major array. A small regular value type (no allocation).
+class Shape {
+public:
+  static constexpr int max_rank = 6;
+
+  constexpr Shape() = default;
+  constexpr Shape(std::initializer_list<std::int64_t> extents) {
+    if (extents.size() > max_rank) throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
+    for (auto e : extents) ext_[rank_++] = e;
+  }
+  explicit Shape(std::span<const std::int64_t> extents) {
+    if (extents.size() > max_rank) throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
+    for (auto e : extents) ext_[rank_++] = e;
+  }
+
+  [[nodiscard]] constexpr int rank() const noexcept { return rank_; }
+  [[nodiscard]] constexpr std::int64_t operator[](int d) const noexcept { return ext_[static_cast<std::size_t>(d)]; }
+  [[nodiscard]] constexpr std::int64_t& operator[](int d) noexcept { return ext_[static_cast<std::size_t>(d)]; }
+  [[nodiscard]] constexpr std::int64_t numel() const noexcept {
+    std::int64_t n = 1;
+    for (int d = 0; d < rank_; ++d) n *= ext_[static_cast<std::size_t>(d)];
+    return n;
+  }
+  /// Product of the extents before dim d.
+  [[nodiscard]] constexpr std::int64_t outer(int d) const noexcept {
+    std::int64_t n = 1;
+    for (int i = 0; i < d; ++i) n *= ext_[static_cast<std::size_t>(i)];
+    return n;
+  }
+  /// Product of the extents after dim d.
+  [[nodiscard]] constexpr std::int64_t inner(int d) const noexcept {
+    std::int64_t n = 1;
+    for (int i = d + 1; i < rank_; ++i) n *= ext_[static_cast<std::size_t>(i)];
+    return n;
+  }
+  /// This shape with dim d set to `extent`.
+  [[nodiscard]] constexpr Shape with(int d, std::int64_t extent) const noexcept {
+    Shape s = *this;
+    s.ext_[static_cast<std::size_t>(d)] = extent;
+    return s;
+  }
+  [[nodiscard]] constexpr std::span<const std::int64_t> extents() const noexcept {
+    return {ext_.data(), static_cast<std::size_t>(rank_)};
+  }
+  friend constexpr bool operator==(const Shape& a, const Shape& b) noexcept {
+    return a.rank_ == b.rank_ && std::equal(a.ext_.begin(), a.ext_.begin() + a.rank_, b.ext_.begin());
+  }
+
+  /// "(5, 10)"; a 0-d shape prints "()".
+  [[nodiscard]] std::string str() const {
+    std::string s = "(";
+    for (int d = 0; d < rank_; ++d) s += (d ? ", " : "") + std::to_string(ext_[static_cast<std::size_t>(d)]);
+    return s + ")";
+  }
+
+private:
+  std::array<std::int64_t, max_rank> ext_{};
+  int rank_ = 0;
+};
+
+/// A row-major array seen as (outer, extent, inner) around one dim: the
+/// shape every pack/unpack along a sharded dim works on.
+struct DimView {
+  std::int64_t outer = 1, extent = 0, inner = 1;
+  static constexpr DimView of(const Shape& s, int d) noexcept { return {s.outer(d), s[d], s.inner(d)}; }
+};
+
+}  // namespace shardex

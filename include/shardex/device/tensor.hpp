@@ -1,0 +1,305 @@
+#pragma once
+/// @file
+/// @brief `Tensor<T, Layout, Device>`: a rank's local part of a global tensor,
+/// with the layout in the type.
+///
+/// A tensor is a shared handle (like a `torch.Tensor`): copying it shares the
+/// storage; `clone()` copies the data. It knows its communicator, its global
+/// shape, its layout mapping (the lengths of a `Sharded` layout) and so the
+/// shape of its local part. Storage is row-major, owned or a view of user memory.
+///
+/// @code
+/// // rank r holds columns [off_r, off_r + len_r) of a 5 x 10 tensor
+/// auto p = Tensor<float, Sharded<1, lengths<1, 2, 3, 4>>>::ones(comm, {5, 10});
+/// p.local_shape();   // (5, r + 1)
+/// @endcode
+
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "shardex/autodiff/node.hpp"
+#include "shardex/core/error.hpp"
+#include "shardex/core/shape.hpp"
+#include "shardex/device/host/eigen.hpp"
+#include "shardex/device/host/host.hpp"
+#include "shardex/device/tensor_fwd.hpp"
+#include "shardex/layout/layouts.hpp"
+#include "shardex/layout/mapping.hpp"
+#include "shardex/transition/agree.hpp"
+
+namespace shardex {
+
+template <Scalar T, LayoutTag L, class Device>
+class Tensor {
+public:
+  using value_type = T;
+  using layout_type = L;
+  using device_type = Device;
+  using communicator_type = typename Device::communicator;
+  using mapping_type = layout_mapping<L>;
+
+  Tensor() = default;
+
+  /// Zeros: every rank allocates its part of a tensor of global shape `global`.
+  static Tensor zeros(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
+    Tensor t(comm, global, std::move(m), "shardex::Tensor::zeros");
+    t.storage_ = Device::template allocate<T>(t.local_.numel());
+    t.data_ = t.storage_.get();
+    return t;
+  }
+
+  static Tensor full(const communicator_type& comm, const Shape& global, T value, mapping_type m = {}) {
+    Tensor t = zeros(comm, global, std::move(m));
+    Device::fill(t.data(), t.size(), value);
+    return t;
+  }
+
+  static Tensor ones(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
+    return full(comm, global, T(1), std::move(m));
+  }
+
+  /// Each rank fills its part with f(global_index), `global_index` a
+  /// std::span<const int64_t> of the element's index in the global tensor.
+  /// Whole layouts (I, R, P) fill the whole tensor on every rank.
+  template <class F>
+    requires std::same_as<Device, Host> && std::invocable<F&, std::span<const std::int64_t>>
+  static Tensor from_function(const communicator_type& comm, const Shape& global, F&& f, mapping_type m = {}) {
+    Tensor t = zeros(comm, global, std::move(m));
+    const std::int64_t base = t.global_offset();
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(global.rank()), 0);
+    const Shape& ls = t.local_;
+    for (std::int64_t i = 0; i < ls.numel(); ++i) {
+      std::int64_t rem = i;
+      for (int d = ls.rank() - 1; d >= 0; --d) {
+        idx[static_cast<std::size_t>(d)] = rem % ls[d];
+        rem /= ls[d];
+      }
+      if constexpr (is_sharded_v<L>) idx[static_cast<std::size_t>(L::dim)] += base;
+      t.data_[i] = static_cast<T>(f(std::span<const std::int64_t>(idx)));
+    }
+    return t;
+  }
+
+  /// From each rank's local part, copied. Collective: all ranks call it, and
+  /// all throw the same error if any rank's part does not fit (its extent along
+  /// the sharded dim is not lengths[rank], the data size is not the shape's).
+  static Tensor from_local(const communicator_type& comm, const Shape& local_shape, std::span<const T> local,
+                           mapping_type m = {}) {
+    Tensor t = view_local(comm, local_shape, const_cast<T*>(local.data()), local.size(), std::move(m));
+    return t.clone();
+  }
+
+  /// A view of each rank's local part in user memory (not owned; it must
+  /// outlive the tensor). Collective, with the checks of `from_local`.
+  static Tensor view_local(const communicator_type& comm, const Shape& local_shape, T* data, std::size_t size,
+                           mapping_type m = {}) {
+    constexpr const char* op = "shardex::Tensor::from_local";
+    Shape global = local_shape;
+    std::string err;
+    const std::string where = std::string(op) + " on rank " + std::to_string(comm.rank()) + " of " +
+                              std::to_string(comm.size()) + " (layout " + layout_name<L>() + ", local shape " +
+                              local_shape.str() + ")";
+    if constexpr (is_sharded_v<L>) {
+      const auto ls = m.lengths();
+      if (static_cast<int>(ls.size()) != comm.size())
+        err = where + ": the lengths list " + to_string(ls) + " has " + std::to_string(ls.size()) +
+              " entries but the communicator has " + std::to_string(comm.size()) + " ranks";
+      else if (L::dim >= local_shape.rank())
+        err = where + ": sharded dim " + std::to_string(L::dim) + " is out of range for a " +
+              std::to_string(local_shape.rank()) + "-d tensor";
+      else if (local_shape[L::dim] != ls[static_cast<std::size_t>(comm.rank())])
+        err = where + ": the local extent along sharded dim " + std::to_string(L::dim) + " is " +
+              std::to_string(local_shape[L::dim]) + " but lengths[" + std::to_string(comm.rank()) + "] is " +
+              std::to_string(ls[static_cast<std::size_t>(comm.rank())]) + " (lengths " + to_string(ls) + ")";
+      else {
+        std::int64_t sum = 0;
+        for (auto l : ls) sum += l;
+        global = local_shape.with(L::dim, sum);
+      }
+    }
+    if (err.empty() && static_cast<std::int64_t>(size) != local_shape.numel())
+      err = where + ": " + std::to_string(size) + " elements given for a local shape of " +
+            std::to_string(local_shape.numel());
+    detail::Signature sig;
+    sig.add(op).add(dtype_name<T>()).add(layout_name<L>());
+    if (err.empty())
+      for (auto e : global.extents()) sig.add(e);
+    detail::agree(comm, err, sig, where + " with global shape " + global.str());
+    Tensor t(comm, global, std::move(m), op);
+    t.data_ = data;
+    return t;
+  }
+
+  // ---- observers ---------------------------------------------------------
+  [[nodiscard]] const Shape& shape() const noexcept { return global_; }
+  [[nodiscard]] const Shape& local_shape() const noexcept { return local_; }
+  [[nodiscard]] const mapping_type& mapping() const noexcept { return mapping_; }
+  [[nodiscard]] const communicator_type& comm() const noexcept { return comm_; }
+  [[nodiscard]] int rank() const noexcept { return comm_.rank(); }
+  [[nodiscard]] int world_size() const noexcept { return comm_.size(); }
+  [[nodiscard]] T* data() const noexcept { return data_; }
+  /// Number of local elements.
+  [[nodiscard]] std::int64_t size() const noexcept { return local_.numel(); }
+  [[nodiscard]] std::span<T> local() const noexcept { return {data_, static_cast<std::size_t>(size())}; }
+  [[nodiscard]] bool is_view() const noexcept { return storage_ == nullptr && data_ != nullptr; }
+
+  /// The lengths of a sharded layout (one per rank).
+  [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept
+    requires is_sharded_v<L>
+  { return mapping_.lengths(); }
+
+  /// Where this rank's slice starts along the sharded dim (0 for whole layouts).
+  [[nodiscard]] std::int64_t global_offset() const noexcept {
+    if constexpr (is_sharded_v<L>) {
+      std::int64_t o = 0;
+      for (int r = 0; r < comm_.rank(); ++r) o += mapping_.lengths()[static_cast<std::size_t>(r)];
+      return o;
+    } else {
+      return 0;
+    }
+  }
+
+  /// Element at a local multi-index (host only).
+  template <std::integral... I>
+    requires std::same_as<Device, Host>
+  [[nodiscard]] T& operator()(I... idx) const {
+    const std::int64_t ix[] = {static_cast<std::int64_t>(idx)...};
+    if (static_cast<int>(sizeof...(I)) != local_.rank())
+      throw invalid_argument("shardex::Tensor::operator(): " + std::to_string(sizeof...(I)) + " indices for a " +
+                             std::to_string(local_.rank()) + "-d local shape " + local_.str());
+    std::int64_t off = 0;
+    for (int d = 0; d < local_.rank(); ++d) off = off * local_[d] + ix[d];
+    return data_[off];
+  }
+
+  /// The local elements as a flat Eigen array (host only).
+  [[nodiscard]] host::ArrayMap<T> array() const
+    requires std::same_as<Device, Host>
+  { return host::ArrayMap<T>(data_, static_cast<Eigen::Index>(size())); }
+
+  /// A deep copy (owning), same layout and communicator.
+  [[nodiscard]] Tensor clone() const {
+    Tensor t = *this;
+    t.storage_ = Device::template allocate<T>(size());
+    t.data_ = t.storage_.get();
+    Device::copy_block(data_, 1, 0, t.data_, 1, 0, 1, 1, size());
+    return t;
+  }
+
+  /// Reinterpret the same local data under another layout with the same
+  /// mapping type (used by transitions whose local data does not change).
+  template <LayoutTag L2>
+  [[nodiscard]] Tensor<T, L2, Device> relabel(layout_mapping<L2> m = {}) const {
+    return Tensor<T, L2, Device>::adopt(comm_, global_, std::move(m), storage_, data_);
+  }
+
+  // ---- autodiff -----------------------------------------------------------
+  using grad_type = Tensor<T, dual_t<L>, Device>;
+  using node_type = autodiff::TensorNode<T, L, Device>;
+
+  /// Marks this tensor as a leaf of the graph (a parameter) and returns it:
+  /// `backward(loss)` will fill `grad()`, in the dual layout.
+  Tensor& requires_grad() {
+    if (!node_) node_ = make_node("leaf");
+    return *this;
+  }
+  [[nodiscard]] bool is_differentiable() const noexcept { return node_ != nullptr; }
+  [[nodiscard]] bool has_grad() const noexcept { return node_ && node_->grad.has_value(); }
+  /// The gradient, layout dual(L). Throws if backward has not reached this tensor.
+  [[nodiscard]] const grad_type& grad() const {
+    if (!has_grad())
+      throw error("shardex::Tensor::grad(): " + describe() +
+                  (node_ ? " has no gradient yet; call backward(loss) on a loss that depends on it"
+                         : " is not differentiable; call requires_grad() on it first"));
+    return *node_->grad;
+  }
+  /// Forgets the gradient (the next backward starts from zero).
+  void zero_grad() const {
+    if (node_) node_->grad.reset();
+  }
+  /// The same data, outside the graph.
+  [[nodiscard]] Tensor detach() const {
+    Tensor t = *this;
+    t.node_.reset();
+    return t;
+  }
+  [[nodiscard]] const std::shared_ptr<node_type>& node() const noexcept { return node_; }
+
+  /// Internal: records `op` as the maker of this tensor, with `inputs` and the
+  /// rule that turns this tensor's gradient into theirs.
+  Tensor& record(const char* op, std::vector<std::shared_ptr<autodiff::Node>> inputs,
+                 std::function<void(const grad_type&)> backward) {
+    node_ = make_node(op);
+    node_->inputs = std::move(inputs);
+    node_->backward = std::move(backward);
+    return *this;
+  }
+
+  /// Internal: a tensor over existing storage (used by transitions and relabel).
+  static Tensor adopt(const communicator_type& comm, const Shape& global, mapping_type m, std::shared_ptr<T[]> storage,
+                      T* data) {
+    Tensor t(comm, global, std::move(m), "shardex::Tensor");
+    t.storage_ = std::move(storage);
+    t.data_ = data;
+    return t;
+  }
+
+  /// "Tensor<float32, S(1)[1,2,3,4]> global (5, 10), local (5, 2) on rank 1 of 4"
+  [[nodiscard]] std::string describe() const {
+    return std::string("Tensor<") + dtype_name<T>() + ", " + layout_name<L>() + "> global " + global_.str() + ", local " +
+           local_.str() + " on rank " + std::to_string(comm_.rank()) + " of " + std::to_string(comm_.size());
+  }
+
+private:
+  Tensor(const communicator_type& comm, const Shape& global, mapping_type m, const char* op)
+      : comm_(comm), global_(global), mapping_(std::move(m)) {
+    if constexpr (is_sharded_v<L>) check_mapping<L>(mapping_, global_, comm_.size(), comm_.rank(), op);
+    local_ = local_shape_of(global_, mapping_, comm_.rank());
+  }
+  static Shape local_shape_of(const Shape& g, const mapping_type& m, int rank) { return shardex::local_shape<L>(g, m, rank); }
+
+  communicator_type comm_;
+  Shape global_;
+  Shape local_;
+  [[no_unique_address]] mapping_type mapping_;
+  std::shared_ptr<node_type> make_node(const char* op) const {
+    auto n = std::make_shared<node_type>();
+    n->op = op;
+    n->make_full = [comm = comm_, global = global_, m = dual_mapping_of(mapping_)](T v) {
+      return grad_type::full(comm, global, v, m);
+    };
+    return n;
+  }
+  static layout_mapping<dual_t<L>> dual_mapping_of(const mapping_type& m) {
+    if constexpr (is_sharded_v<L>) return m;
+    else return {};
+  }
+
+  std::shared_ptr<T[]> storage_;
+  T* data_ = nullptr;
+  std::shared_ptr<node_type> node_;
+};
+
+/// Fills the gradient of every differentiable tensor `loss` depends on.
+/// The objective is the sum over ranks of each rank's local loss (an
+/// Invariant loss counts once), so the seed is 1 on every rank. Collective:
+/// every rank calls it on the same graph.
+template <Scalar T, LayoutTag L, class Device>
+void backward(const Tensor<T, L, Device>& loss) {
+  if (loss.shape().numel() != 1)
+    throw invalid_argument("shardex::backward(loss): the loss must hold one element, but it is " + loss.describe());
+  if (!loss.node()) throw error("shardex::backward(loss): the loss does not depend on any tensor that requires_grad()");
+  auto order = autodiff::topological_order(loss.node().get());
+  loss.node()->seed();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    (*it)->propagate();
+    (*it)->release();
+  }
+}
+
+}  // namespace shardex

@@ -1,0 +1,25 @@
+#pragma once
+/// @file
+/// @brief Declaration of `Tensor` and of the element types it supports.
+
+#include <concepts>
+
+#include "shardex/layout/layouts.hpp"
+
+namespace shardex {
+
+/// The element types of tensors.
+template <class T>
+concept Scalar = std::same_as<T, float> || std::same_as<T, double>;
+
+template <class T>
+constexpr const char* dtype_name() {
+  return std::same_as<T, float> ? "float32" : "float64";
+}
+
+struct Host;
+
+template <Scalar T, LayoutTag L, class Device = Host>
+class Tensor;
+
+}  // namespace shardex

@@ -1,0 +1,77 @@
+#pragma once
+/// @file
+/// @brief Shard lengths, static or dynamic, behind one API (as `std::extents`
+/// mixes static and dynamic extents).
+///
+/// - `lengths<1, 2, 3, 4>`: a compile-time list. Its count, sum, max and
+///   offsets are constant expressions, so shapes can be checked by the compiler.
+/// - `dynamic_lengths`: the list is given at run time when a tensor is made
+///   (from a load balancer, say) and stored in the tensor's layout mapping.
+///
+/// Zero is a legal length everywhere: a rank may hold nothing.
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace shardex {
+
+/// A compile-time list of shard lengths, one per rank.
+template <std::int64_t... Ls>
+struct lengths {
+  static_assert(sizeof...(Ls) > 0, "shardex::lengths<...> needs one length per rank; an empty list fits no communicator");
+  static_assert(((Ls >= 0) && ...), "shardex::lengths<...> requires every length to be >= 0 (zero is legal: the rank holds nothing)");
+
+  static constexpr std::array<std::int64_t, sizeof...(Ls)> values{Ls...};
+  static constexpr std::size_t count = sizeof...(Ls);
+  static constexpr std::int64_t sum = (Ls + ... + 0);
+  static constexpr std::int64_t max = std::max({Ls...});
+  /// offsets[r] = lengths[0] + ... + lengths[r-1]; offsets[count] = sum.
+  static constexpr std::array<std::int64_t, sizeof...(Ls) + 1> offsets = [] {
+    std::array<std::int64_t, sizeof...(Ls) + 1> o{};
+    for (std::size_t r = 0; r < count; ++r) o[r + 1] = o[r] + values[r];
+    return o;
+  }();
+  static constexpr bool is_even = ((Ls == values[0]) && ...);
+};
+
+/// Tag: the lengths are given at run time and kept in the layout mapping.
+struct dynamic_lengths {};
+
+namespace detail {
+template <class T> struct is_static_lengths : std::false_type {};
+template <std::int64_t... Ls> struct is_static_lengths<lengths<Ls...>> : std::true_type {};
+}  // namespace detail
+
+/// Models: `lengths<...>`, `dynamic_lengths`.
+template <class L>
+concept LengthsSpec = detail::is_static_lengths<L>::value || std::same_as<L, dynamic_lengths>;
+
+template <class L>
+inline constexpr bool is_static_lengths_v = detail::is_static_lengths<L>::value;
+
+/// Offsets of a run-time lengths list: offsets[r] = sum of lengths before r.
+inline std::vector<std::int64_t> offsets_of(std::span<const std::int64_t> ls) {
+  std::vector<std::int64_t> o(ls.size() + 1, 0);
+  std::partial_sum(ls.begin(), ls.end(), o.begin() + 1);
+  return o;
+}
+
+inline std::int64_t max_of(std::span<const std::int64_t> ls) {
+  return ls.empty() ? 0 : *std::max_element(ls.begin(), ls.end());
+}
+
+/// "[1,2,3,4]"
+inline std::string to_string(std::span<const std::int64_t> ls) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ls.size(); ++i) s += (i ? "," : "") + std::to_string(ls[i]);
+  return s + "]";
+}
+
+}  // namespace shardex

@@ -1,0 +1,75 @@
+#pragma once
+/// @file
+/// @brief `layout_mapping<L>`: the run-time part of a layout, as mdspan's
+/// `layout_left::mapping` holds only what is not static. For every layout but
+/// `Sharded<D, dynamic_lengths>` it is empty (and costs nothing inside a tensor,
+/// through `[[no_unique_address]]`); for that one it holds the lengths list.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shardex/core/error.hpp"
+#include "shardex/core/shape.hpp"
+#include "shardex/layout/layouts.hpp"
+
+namespace shardex {
+
+/// Empty mapping of the whole layouts (I, R, P).
+template <LayoutTag L>
+struct layout_mapping {
+  friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
+};
+
+/// Static lengths: nothing stored.
+template <int D, std::int64_t... Ls>
+struct layout_mapping<Sharded<D, lengths<Ls...>>> {
+  using lengths_type = shardex::lengths<Ls...>;
+  static constexpr std::span<const std::int64_t> lengths() noexcept { return lengths_type::values; }
+  friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
+};
+
+/// Dynamic lengths: the list is stored.
+template <int D>
+struct layout_mapping<Sharded<D, dynamic_lengths>> {
+  layout_mapping() = default;
+  explicit layout_mapping(std::vector<std::int64_t> ls) : lengths_(std::move(ls)) {}
+  [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept { return lengths_; }
+  friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
+
+private:
+  std::vector<std::int64_t> lengths_;
+};
+
+/// Check a sharded mapping against a world size and a global shape; throws
+/// `invalid_argument` naming `op`, the rank and the shapes. Every rank sees the
+/// same lengths, world size and global shape, so every rank throws together.
+template <ShardedLayout L>
+void check_mapping(const layout_mapping<L>& m, const Shape& global, int world_size, int rank, const char* op) {
+  const auto ls = m.lengths();
+  const std::string where = std::string(op) + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                            " with layout " + layout_name<L>() + ", lengths " + to_string(ls) + ", global shape " + global.str();
+  if (static_cast<int>(ls.size()) != world_size)
+    throw invalid_argument(where + ": the lengths list has " + std::to_string(ls.size()) +
+                           " entries but the communicator has " + std::to_string(world_size) + " ranks; give one length per rank");
+  for (std::size_t r = 0; r < ls.size(); ++r)
+    if (ls[r] < 0) throw invalid_argument(where + ": length of rank " + std::to_string(r) + " is negative");
+  if (L::dim >= global.rank())
+    throw invalid_argument(where + ": sharded dim " + std::to_string(L::dim) + " is out of range for a " +
+                           std::to_string(global.rank()) + "-d tensor");
+  std::int64_t sum = 0;
+  for (auto l : ls) sum += l;
+  if (sum != global[L::dim])
+    throw invalid_argument(where + ": the lengths sum to " + std::to_string(sum) + " but the global extent of dim " +
+                           std::to_string(L::dim) + " is " + std::to_string(global[L::dim]));
+}
+
+/// The shape rank r holds of a tensor with global shape `global` and layout L.
+template <LayoutTag L>
+Shape local_shape(const Shape& global, const layout_mapping<L>& m, int rank) {
+  if constexpr (is_sharded_v<L>) return global.with(L::dim, m.lengths()[static_cast<std::size_t>(rank)]);
+  else return global;
+}
+
+}  // namespace shardex

@@ -1,0 +1,87 @@
+#pragma once
+/// @file
+/// @brief Lowering plans of all_gather over uneven shards, written once over
+/// `CollectiveBackend` and `DeviceMemory`.
+///
+/// Shapes: the output is (outer, N, inner) around the sharded dim, rank i's
+/// piece is (outer, lens[i], inner) at row offset offs[i]. When outer == 1 (the
+/// sharded dim is the outermost non-trivial one) every piece is contiguous in
+/// the output, and each plan receives straight into it, with no staging copy.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shardex/core/shape.hpp"
+#include "shardex/layout/lengths.hpp"
+#include "shardex/lower/backend.hpp"
+#include "shardex/lower/strategy.hpp"
+
+namespace shardex::lower {
+
+namespace detail {
+/// Counts and displacements, in elements, of the pieces in rank-major order.
+struct RankMajor {
+  std::vector<std::int64_t> counts, displs;
+  std::int64_t total = 0;
+  RankMajor(std::span<const std::int64_t> lens, std::int64_t elems_per_row) : counts(lens.size()), displs(lens.size()) {
+    for (std::size_t i = 0; i < lens.size(); ++i) {
+      counts[i] = lens[i] * elems_per_row;
+      displs[i] = total;
+      total += counts[i];
+    }
+  }
+};
+}  // namespace detail
+
+/// out (outer, N, inner) <- concatenation along the middle dim of every rank's
+/// `local` (outer, lens[rank], inner). `s` must be resolved (not automatic).
+template <class Dev, class Comm, class T>
+void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimView& full, std::span<const std::int64_t> lens) {
+  const int n = comm.size(), me = comm.rank();
+  const auto offs = offsets_of(lens);
+  const std::int64_t outer = full.outer, inner = full.inner, N = full.extent;
+  const std::int64_t mine = lens[static_cast<std::size_t>(me)];
+  const bool direct = outer == 1;  // pieces are contiguous in `out`
+
+  if (s == Strategy::padded) {
+    const std::int64_t mx = max_of(lens), block = outer * mx * inner;
+    if (block == 0) return;
+    const bool even = mx * n == N;
+    if (direct && even) {  // an ordinary all-gather: straight into `out`
+      comm.all_gather(local, out, block);
+      return;
+    }
+    auto send = Dev::template allocate<T>(block);
+    Dev::copy_block(local, mine, 0, send.get(), mx, 0, outer, mine, inner);
+    auto recv = Dev::template allocate<T>(block * n);
+    comm.all_gather(send.get(), recv.get(), block);
+    for (int i = 0; i < n; ++i)
+      Dev::copy_block(recv.get() + i * block, mx, 0, out, N, offs[static_cast<std::size_t>(i)], outer,
+                      lens[static_cast<std::size_t>(i)], inner);
+    return;
+  }
+
+  const detail::RankMajor rm(lens, outer * inner);
+  std::shared_ptr<T[]> stage;
+  T* dst = out;  // rank-major pieces: `out` itself when direct
+  if (!direct) {
+    stage = Dev::template allocate<T>(rm.total);
+    dst = stage.get();
+  }
+  if (s == Strategy::v_collective) {
+    if constexpr (Comm::has_v_collectives) comm.all_gather_v(local, rm.counts[static_cast<std::size_t>(me)], dst, rm.counts, rm.displs);
+  } else {  // per_root: one broadcast per root, grouped
+    Dev::copy_block(local, 1, 0, dst + rm.displs[static_cast<std::size_t>(me)], 1, 0, 1, 1, rm.counts[static_cast<std::size_t>(me)]);
+    auto g = comm.group();
+    for (int i = 0; i < n; ++i)
+      if (rm.counts[static_cast<std::size_t>(i)] > 0) g.broadcast(dst + rm.displs[static_cast<std::size_t>(i)], rm.counts[static_cast<std::size_t>(i)], i);
+    g.end();
+  }
+  if (!direct)
+    for (int i = 0; i < n; ++i)
+      Dev::copy_block(dst + rm.displs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)], 0, out, N,
+                      offs[static_cast<std::size_t>(i)], outer, lens[static_cast<std::size_t>(i)], inner);
+}
+
+}  // namespace shardex::lower

@@ -1,0 +1,94 @@
+#pragma once
+/// @file
+/// @brief Lowering plans of the uneven all_to_all, written once over
+/// `CollectiveBackend`/`DeviceMemory`.
+///
+/// The input `x` is sharded along dim C (this rank holds lens_c[me] there) and
+/// whole along dim S; piece i along S (lens_s[i] rows) goes to rank i. The
+/// pieces received are concatenated along C in rank order: the output `y` is
+/// whole along C and holds lens_s[me] along S. Each piece travels in the
+/// row-major order of its own shape, so sender and receiver agree on it.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shardex/lower/all_gather.hpp"
+
+namespace shardex::lower {
+
+template <class Dev, class Comm, class T>
+void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, T* y, const Shape& y_shape, int dim_c,
+                int dim_s, std::span<const std::int64_t> lens_c, std::span<const std::int64_t> lens_s) {
+  const int n = comm.size(), me = comm.rank();
+  const auto us = [](int i) { return static_cast<std::size_t>(i); };
+  const DimView xs = DimView::of(x_shape, dim_s);  // pieces to send: (outer, lens_s[i], inner) blocks of x
+  const DimView yc = DimView::of(y_shape, dim_c);  // pieces received: (outer, lens_c[j], inner) blocks of y
+  const auto offs_s = offsets_of(lens_s);
+  const auto offs_c = offsets_of(lens_c);
+  const detail::RankMajor send(lens_s, xs.outer * xs.inner);
+  const detail::RankMajor recv(lens_c, yc.outer * yc.inner);
+
+  const auto pack = [&](T* dst, std::span<const std::int64_t> displs) {
+    for (int i = 0; i < n; ++i)
+      Dev::copy_block(x, xs.extent, offs_s[us(i)], dst + displs[us(i)], lens_s[us(i)], 0, xs.outer, lens_s[us(i)], xs.inner);
+  };
+  const auto unpack = [&](const T* src, std::span<const std::int64_t> displs) {
+    for (int j = 0; j < n; ++j)
+      Dev::copy_block(src + displs[us(j)], lens_c[us(j)], 0, y, yc.extent, offs_c[us(j)], yc.outer, lens_c[us(j)], yc.inner);
+  };
+
+  if (s == Strategy::padded) {
+    // Every piece in a slot of the largest piece's size (the same on all
+    // ranks: the dims other than C and S times the largest lengths).
+    std::int64_t rest = 1;
+    for (int d = 0; d < x_shape.rank(); ++d)
+      if (d != dim_c && d != dim_s) rest *= x_shape[d];
+    const std::int64_t width = rest * max_of(lens_c) * max_of(lens_s);
+    if (width == 0) return;
+    std::vector<std::int64_t> displs(us(n));
+    for (int i = 0; i < n; ++i) displs[us(i)] = i * width;
+    auto sbuf = Dev::template allocate<T>(width * n);
+    auto rbuf = Dev::template allocate<T>(width * n);
+    pack(sbuf.get(), displs);
+    comm.all_to_all(sbuf.get(), rbuf.get(), width);
+    unpack(rbuf.get(), displs);
+    return;
+  }
+
+  std::shared_ptr<T[]> sstage, rstage;
+  const T* sptr = x;  // pieces contiguous in x when the S dim is outermost
+  T* rptr = y;        // and in y when the C dim is outermost
+  if (xs.outer != 1) {
+    sstage = Dev::template allocate<T>(send.total);
+    pack(sstage.get(), send.displs);
+    sptr = sstage.get();
+  }
+  if (yc.outer != 1) {
+    rstage = Dev::template allocate<T>(recv.total);
+    rptr = rstage.get();
+  }
+  // Displacements into x / y themselves when no staging is used.
+  std::vector<std::int64_t> sdispls = send.displs, rdispls = recv.displs;
+  if (xs.outer == 1)
+    for (int i = 0; i < n; ++i) sdispls[us(i)] = offs_s[us(i)] * xs.inner;
+  if (yc.outer == 1)
+    for (int j = 0; j < n; ++j) rdispls[us(j)] = offs_c[us(j)] * yc.inner;
+
+  if (s == Strategy::v_collective) {
+    if constexpr (Comm::has_v_collectives) comm.all_to_all_v(sptr, send.counts, sdispls, rptr, recv.counts, rdispls);
+  } else {  // send_recv: grouped point-to-point, the own piece copied locally
+    Dev::copy_block(sptr + sdispls[us(me)], 1, 0, rptr + rdispls[us(me)], 1, 0, 1, 1, send.counts[us(me)]);
+    auto g = comm.group();
+    for (int k = 1; k < n; ++k) {
+      const int to = (me + k) % n, from = (me - k + n) % n;
+      if (recv.counts[us(from)] > 0) g.recv(rptr + rdispls[us(from)], recv.counts[us(from)], from);
+      if (send.counts[us(to)] > 0) g.send(sptr + sdispls[us(to)], send.counts[us(to)], to);
+    }
+    g.end();
+  }
+  if (yc.outer != 1) unpack(rptr, recv.displs);
+}
+
+}  // namespace shardex::lower

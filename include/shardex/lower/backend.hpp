@@ -1,0 +1,45 @@
+#pragma once
+/// @file
+/// @brief The two concepts every lowering plan is written against, so that a
+/// plan is written once and runs on MPI/host and NCCL/CUDA alike.
+///
+/// **Concept `CollectiveBackend`.** Minimal complete definition: `rank`,
+/// `size`, equal-count `all_gather`, `reduce_scatter`, `all_reduce`,
+/// `all_to_all`, `broadcast`, `group()` returning an object with `broadcast`,
+/// `reduce`, `send`, `recv` and `end`, and `has_v_collectives`. A backend whose
+/// `has_v_collectives` is true also provides `all_gather_v`,
+/// `reduce_scatter_v` and `all_to_all_v`.
+/// Laws: a count of 0 moves nothing; the rank's own piece needs no message.
+/// Models: `mpi::Communicator`.
+///
+/// **Concept `DeviceMemory`.** Minimal complete definition: `allocate<T>(n)`
+/// (zeroed), `fill`, `copy_block` (a block of an (outer, extent, inner) array).
+/// Models: `Host`.
+
+#include <concepts>
+#include <cstdint>
+#include <memory>
+
+namespace shardex {
+
+template <class C>
+concept CollectiveBackend = requires(const C& c, float* p, const float* q, std::int64_t n, int root) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  c.all_gather(q, p, n);
+  c.reduce_scatter(q, p, n);
+  c.all_reduce(p, n);
+  c.all_to_all(q, p, n);
+  c.broadcast(p, n, root);
+  { C::has_v_collectives } -> std::convertible_to<bool>;
+  c.group();
+};
+
+template <class D>
+concept DeviceMemory = requires(float* p, const float* q, std::int64_t n) {
+  { D::template allocate<float>(n) } -> std::convertible_to<std::shared_ptr<float[]>>;
+  D::fill(p, n, 0.0f);
+  D::copy_block(q, n, n, p, n, n, n, n, n);
+};
+
+}  // namespace shardex

@@ -1,0 +1,62 @@
+#pragma once
+/// @file
+/// @brief Lowering plans of reduce_scatter over uneven shards (the transpose of
+/// lower/all_gather.hpp), written once over `CollectiveBackend`/`DeviceMemory`.
+///
+/// The input is (outer, N, inner) on every rank; rank r receives the sum over
+/// ranks of rows [offs[r], offs[r] + lens[r]), shape (outer, lens[r], inner).
+
+#include <cstdint>
+#include <span>
+
+#include "shardex/lower/all_gather.hpp"
+
+namespace shardex::lower {
+
+template <class Dev, class Comm, class T>
+void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const DimView& full, std::span<const std::int64_t> lens) {
+  const int n = comm.size(), me = comm.rank();
+  const auto offs = offsets_of(lens);
+  const std::int64_t outer = full.outer, inner = full.inner, N = full.extent;
+  const std::int64_t mine = lens[static_cast<std::size_t>(me)];
+  const bool direct = outer == 1;  // pieces are contiguous in `in`
+
+  if (s == Strategy::padded) {
+    const std::int64_t mx = max_of(lens), block = outer * mx * inner;
+    if (block == 0) return;
+    if (direct && mx * n == N) {  // an ordinary reduce-scatter, straight from `in`
+      comm.reduce_scatter(in, out, block);
+      return;
+    }
+    auto send = Dev::template allocate<T>(block * n);
+    for (int i = 0; i < n; ++i)
+      Dev::copy_block(in, N, offs[static_cast<std::size_t>(i)], send.get() + i * block, mx, 0, outer,
+                      lens[static_cast<std::size_t>(i)], inner);
+    auto recv = Dev::template allocate<T>(block);
+    comm.reduce_scatter(send.get(), recv.get(), block);
+    Dev::copy_block(recv.get(), mx, 0, out, mine, 0, outer, mine, inner);
+    return;
+  }
+
+  const detail::RankMajor rm(lens, outer * inner);
+  std::shared_ptr<T[]> stage;
+  const T* src = in;  // rank-major pieces: `in` itself when direct
+  if (!direct) {
+    stage = Dev::template allocate<T>(rm.total);
+    for (int i = 0; i < n; ++i)
+      Dev::copy_block(in, N, offs[static_cast<std::size_t>(i)], stage.get() + rm.displs[static_cast<std::size_t>(i)],
+                      lens[static_cast<std::size_t>(i)], 0, outer, lens[static_cast<std::size_t>(i)], inner);
+    src = stage.get();
+  }
+  if (s == Strategy::v_collective) {
+    if constexpr (Comm::has_v_collectives) comm.reduce_scatter_v(src, out, rm.counts);
+  } else {  // per_root: one reduce per root, grouped
+    auto g = comm.group();
+    for (int i = 0; i < n; ++i)
+      if (rm.counts[static_cast<std::size_t>(i)] > 0)
+        g.reduce(src + rm.displs[static_cast<std::size_t>(i)], out, rm.counts[static_cast<std::size_t>(i)], i);
+    g.end();
+  }
+}
+
+}  // namespace shardex::lower

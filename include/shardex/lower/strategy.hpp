@@ -1,0 +1,98 @@
+#pragma once
+/// @file
+/// @brief How an uneven collective is lowered. A strategy changes the calls
+/// that run, never the result: every strategy of an operation computes the
+/// same values, and its adjoint runs with the same strategy.
+///
+/// | strategy       | all_gather                       | reduce_scatter                    | all_to_all                     |
+/// |----------------|----------------------------------|-----------------------------------|--------------------------------|
+/// | `padded`       | all-gather of max-length blocks  | reduce-scatter of max-length blocks | all-to-all of max-size slots |
+/// | `per_root`     | one broadcast per root, grouped  | one reduce per root, grouped      | (not applicable)               |
+/// | `v_collective` | MPI_Allgatherv                   | MPI_Reduce_scatter                | MPI_Alltoallv                  |
+/// | `send_recv`    | (not applicable)                 | (not applicable)                  | grouped send/receive           |
+///
+/// `per_root` is the reference module's `*_by_group_call`. `automatic` asks the
+/// cost model (`choose_strategy`).
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "shardex/core/error.hpp"
+#include "shardex/layout/lengths.hpp"
+
+namespace shardex {
+
+enum class Strategy { automatic, padded, per_root, v_collective, send_recv };
+
+enum class CollectiveOp { all_gather, reduce_scatter, all_to_all };
+
+constexpr const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::automatic: return "automatic";
+    case Strategy::padded: return "padded";
+    case Strategy::per_root: return "per_root";
+    case Strategy::v_collective: return "v_collective";
+    case Strategy::send_recv: return "send_recv";
+  }
+  return "?";
+}
+
+constexpr const char* op_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::all_to_all: return "all_to_all";
+  }
+  return "?";
+}
+
+constexpr bool supports(CollectiveOp op, Strategy s) {
+  if (s == Strategy::automatic || s == Strategy::padded || s == Strategy::v_collective) return true;
+  if (s == Strategy::per_root) return op != CollectiveOp::all_to_all;
+  return op == CollectiveOp::all_to_all;  // send_recv
+}
+
+/// The cost model behind `Strategy::automatic` (alpha-beta: a fixed latency per
+/// call plus bytes over bandwidth). Its constants are the ratios measured by
+/// bench/strategies; only their ratio matters for the choice.
+struct CostModel {
+  double latency_s = 20e-6;      ///< one collective call
+  double seconds_per_byte = 1e-9;
+};
+
+/// Picks the strategy for `op` moving `lens[i] * row_bytes` bytes from or to
+/// rank i. Even lengths always take `padded` (it is then an ordinary
+/// equal-count collective, with no padding); a backend with v collectives takes
+/// them; otherwise the cheaper of padding waste and per-root latency.
+inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> lens, std::int64_t row_bytes,
+                                bool backend_has_v, CostModel model = {}) {
+  const auto n = static_cast<std::int64_t>(lens.size());
+  const std::int64_t mx = max_of(lens);
+  std::int64_t sum = 0, nonzero = 0;
+  for (auto l : lens) {
+    sum += l;
+    nonzero += l > 0;
+  }
+  if (mx * n == sum) return Strategy::padded;
+  if (backend_has_v) return Strategy::v_collective;
+  const double padded = model.latency_s + static_cast<double>(n * mx * row_bytes) * model.seconds_per_byte;
+  const double rooted = static_cast<double>(nonzero) * model.latency_s + static_cast<double>(sum * row_bytes) * model.seconds_per_byte;
+  if (op == CollectiveOp::all_to_all) return padded <= rooted ? Strategy::padded : Strategy::send_recv;
+  return padded <= rooted ? Strategy::padded : Strategy::per_root;
+}
+
+/// `s`, resolved and checked for `op`: throws invalid_argument naming both if
+/// the operation has no such lowering.
+inline Strategy resolve_strategy(Strategy s, CollectiveOp op, std::span<const std::int64_t> lens, std::int64_t row_bytes,
+                                 bool backend_has_v) {
+  if (!supports(op, s))
+    throw invalid_argument(std::string("shardex::") + op_name(op) + ": strategy " + strategy_name(s) +
+                           " does not apply to this operation");
+  if (s == Strategy::v_collective && !backend_has_v)
+    throw invalid_argument(std::string("shardex::") + op_name(op) +
+                           ": strategy v_collective needs a backend with v collectives (MPI); this backend has none");
+  return s == Strategy::automatic ? choose_strategy(op, lens, row_bytes, backend_has_v) : s;
+}
+
+}  // namespace shardex

@@ -1,0 +1,63 @@
+#pragma once
+/// @file
+/// @brief Cross-rank agreement before a collective: the mechanism behind "a bad
+/// input is an exception on every rank, never a hang" (core/checks.hpp).
+// IWYU pragma: private
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shardex/core/checks.hpp"
+#include "shardex/core/error.hpp"
+
+namespace shardex::detail {
+
+/// FNV-1a over the facts that must be equal on all ranks for a call to match.
+class Signature {
+public:
+  Signature& add(std::int64_t v) {
+    for (int i = 0; i < 8; ++i) mix(static_cast<unsigned char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xffu));
+    return *this;
+  }
+  Signature& add(std::string_view s) {
+    for (char c : s) mix(static_cast<unsigned char>(c));
+    return add(static_cast<std::int64_t>(s.size()));
+  }
+  /// 62 bits, so that it and its negation fit an int64 min-reduction.
+  [[nodiscard]] std::int64_t value() const { return static_cast<std::int64_t>(h_ >> 2); }
+
+private:
+  void mix(unsigned char b) { h_ = (h_ ^ b) * 1099511628211ull; }
+  std::uint64_t h_ = 1469598103934665603ull;
+};
+
+/// Every rank calls this with its own verdict (`local_error` empty when its
+/// input is fine) and the signature of its call. If any rank's input is bad,
+/// all ranks throw `invalid_argument` with the first bad rank's message; if the
+/// signatures differ, all ranks throw, each describing its own call.
+template <class Comm>
+void agree(const Comm& comm, const std::string& local_error, const Signature& sig, const std::string& call) {
+  if (check_level() == CheckLevel::local || comm.size() == 1) {
+    if (!local_error.empty()) throw invalid_argument(local_error);
+    return;
+  }
+  std::int64_t v[3] = {local_error.empty() ? comm.size() : comm.rank(), sig.value(), -sig.value()};
+  comm.all_reduce_min(v, 3);
+  if (v[0] < comm.size()) {
+    const int bad = static_cast<int>(v[0]);
+    std::string msg = local_error;
+    std::int64_t len = static_cast<std::int64_t>(msg.size());
+    comm.broadcast(&len, 1, bad);
+    msg.resize(static_cast<std::size_t>(len));
+    comm.broadcast(msg.data(), len, bad);
+    if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
+    throw invalid_argument(msg);
+  }
+  if (v[1] != -v[2])
+    throw invalid_argument(call + " on rank " + std::to_string(comm.rank()) +
+                           ": the ranks are not making the same call (operation, dtype, shapes or lengths differ across "
+                           "ranks); every rank must call the same collectives in the same order");
+}
+
+}  // namespace shardex::detail

@@ -1,0 +1,242 @@
+#pragma once
+/// @file
+/// @brief The entries of the transition table (see transition.hpp) and
+/// `transit<To>(x)`, the one function that runs any of them.
+///
+/// | From -> To                 | name           | lowering                          |
+/// |----------------------------|----------------|-----------------------------------|
+/// | `S(d) -> R`, `S(d) -> I`   | all_gather     | lower/all_gather.hpp (strategy)   |
+/// | `P -> S(d)`                | reduce_scatter | lower/reduce_scatter.hpp (strategy)|
+/// | `P -> R`, `P -> I`         | all_reduce     | backend all-reduce                |
+/// | `R -> S(d)`, `I -> S(d)`   | slice          | local copy, no communication      |
+/// | `S(d) -> P`                | zero_pad       | local copy, no communication      |
+/// | `S(c) -> S(s)`, c != s     | all_to_all     | lower/all_to_all.hpp (strategy)   |
+/// | `I -> R`                   | replicate      | nothing (same storage)            |
+/// | `L -> L`                   | identity       | nothing (same storage)            |
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "shardex/lower/all_gather.hpp"
+#include "shardex/lower/all_to_all.hpp"
+#include "shardex/lower/reduce_scatter.hpp"
+#include "shardex/transition/agree.hpp"
+#include "shardex/transition/transition.hpp"
+
+namespace shardex {
+
+namespace detail {
+
+/// "all_gather on rank 2 of 4: input Tensor<float32, S(1)[1,2,3,4]> global (5, 10), local (5, 3) -> R"
+template <LayoutTag To, class X>
+std::string describe_call(const char* name, const X& x, const layout_mapping<To>& to) {
+  std::string s = std::string("shardex::") + name + " on rank " + std::to_string(x.rank()) + " of " +
+                  std::to_string(x.world_size()) + ": input " + x.describe() + " -> " + layout_name<To>();
+  if constexpr (is_sharded_v<To>) s += " with lengths " + to_string(to.lengths());
+  return s;
+}
+
+/// The checks every rank can make alone, then (for communicating entries) the
+/// cross-rank agreement of agree.hpp. Returns the resolved strategy.
+/// `op` is the strategy-bearing collective of the entry (none for the others).
+template <LayoutTag To, class X>
+Strategy prepare(const char* name, bool communicates, const X& x, const layout_mapping<To>& to, Strategy s = Strategy::automatic,
+                 std::optional<CollectiveOp> op = std::nullopt, std::int64_t row_bytes = 0,
+                 std::span<const std::int64_t> lens = {}) {
+  const std::string call = describe_call<To>(name, x, to);
+  std::string err;
+  Strategy resolved = Strategy::automatic;
+  try {
+    if constexpr (is_sharded_v<To>) check_mapping<To>(to, x.shape(), x.world_size(), x.rank(), name);
+    if (op) resolved = resolve_strategy(s, *op, lens, row_bytes, X::communicator_type::has_v_collectives);
+  } catch (const invalid_argument& e) {
+    err = call + ": " + e.what();
+  }
+  if (!communicates) {
+    if (!err.empty()) throw invalid_argument(err);
+    return resolved;
+  }
+  Signature sig;
+  sig.add(name).add(dtype_name<typename X::value_type>()).add(layout_name<typename X::layout_type>()).add(layout_name<To>());
+  sig.add(static_cast<std::int64_t>(resolved));
+  for (auto e : x.shape().extents()) sig.add(e);
+  if constexpr (is_sharded_v<typename X::layout_type>)
+    for (auto l : x.lengths()) sig.add(l);
+  if (err.empty()) {
+    if constexpr (is_sharded_v<To>)
+      for (auto l : to.lengths()) sig.add(l);
+  }
+  agree(x.comm(), err, sig, call);
+  return resolved;
+}
+
+/// Bytes of one index along `dim` (0 when dim is out of range; prepare() reports that).
+template <class T, LayoutTag L, class Dev>
+std::int64_t row_bytes(const Tensor<T, L, Dev>& x, int dim) {
+  if (dim >= x.shape().rank()) return 0;
+  return x.shape().outer(dim) * x.shape().inner(dim) * static_cast<std::int64_t>(sizeof(T));
+}
+
+}  // namespace detail
+
+// ---- all_gather: S(d) -> R | I --------------------------------------------
+template <int D, class Ls, WholeLayout To>
+struct transition<Sharded<D, Ls>, To> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "all_gather";
+  static constexpr bool communicates = true;
+
+  template <class T, class Dev>
+  static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s) {
+    s = detail::prepare<To>(name, true, x, to, s, CollectiveOp::all_gather, detail::row_bytes(x, D), x.lengths());
+    auto out = Tensor<T, To, Dev>::zeros(x.comm(), x.shape());
+    lower::all_gather<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
+    return out;
+  }
+};
+
+// ---- reduce_scatter: P -> S(d) ---------------------------------------------
+template <int D, class Ls>
+struct transition<Partial, Sharded<D, Ls>> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "reduce_scatter";
+  static constexpr bool communicates = true;
+
+  template <class T, class Dev>
+  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to,
+                                              Strategy s) {
+    s = detail::prepare<Sharded<D, Ls>>(name, true, x, to, s, CollectiveOp::reduce_scatter, detail::row_bytes(x, D),
+                                        to.lengths());
+    auto out = Tensor<T, Sharded<D, Ls>, Dev>::zeros(x.comm(), x.shape(), to);
+    lower::reduce_scatter<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
+    return out;
+  }
+};
+
+// ---- all_reduce: P -> R | I -------------------------------------------------
+template <WholeLayout To>
+struct transition<Partial, To> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "all_reduce";
+  static constexpr bool communicates = true;
+
+  template <class T, class Dev>
+  static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s) {
+    (void)s;  // one lowering: the backend's all-reduce
+    detail::prepare<To>(name, true, x, to);
+    auto out = x.clone().template relabel<To>();
+    x.comm().all_reduce(out.data(), out.size());
+    return out;
+  }
+};
+
+// ---- slice: R | I -> S(d) (no communication) ---------------------------------
+template <WholeLayout From, int D, class Ls>
+struct transition<From, Sharded<D, Ls>> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "slice";
+  static constexpr bool communicates = false;
+
+  template <class T, class Dev>
+  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, From, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to, Strategy) {
+    detail::prepare<Sharded<D, Ls>>(name, false, x, to);
+    auto out = Tensor<T, Sharded<D, Ls>, Dev>::zeros(x.comm(), x.shape(), to);
+    const DimView v = DimView::of(x.shape(), D);
+    Dev::copy_block(x.data(), v.extent, out.global_offset(), out.data(), out.local_shape()[D], 0, v.outer,
+                    out.local_shape()[D], v.inner);
+    return out;
+  }
+};
+
+// ---- zero_pad: S(d) -> P (no communication) ----------------------------------
+template <int D, class Ls>
+struct transition<Sharded<D, Ls>, Partial> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "zero_pad";
+  static constexpr bool communicates = false;
+
+  template <class T, class Dev>
+  static Tensor<T, Partial, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<Partial>&, Strategy) {
+    auto out = Tensor<T, Partial, Dev>::zeros(x.comm(), x.shape());
+    const DimView v = DimView::of(x.shape(), D);
+    Dev::copy_block(x.data(), x.local_shape()[D], 0, out.data(), v.extent, x.global_offset(), v.outer, x.local_shape()[D],
+                    v.inner);
+    return out;
+  }
+};
+
+// ---- all_to_all: S(c) -> S(s), c != s ----------------------------------------
+template <int C, class Lc, int S, class Ls>
+  requires(C != S)
+struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "all_to_all";
+  static constexpr bool communicates = true;
+
+  template <class T, class Dev>
+  static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x, const layout_mapping<Sharded<S, Ls>>& to,
+                                              Strategy s) {
+    s = detail::prepare<Sharded<S, Ls>>(name, true, x, to, s, CollectiveOp::all_to_all, detail::row_bytes(x, S), to.lengths());
+    auto out = Tensor<T, Sharded<S, Ls>, Dev>::zeros(x.comm(), x.shape(), to);
+    lower::all_to_all<Dev>(s, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S, x.lengths(),
+                           to.lengths());
+    return out;
+  }
+};
+
+// ---- replicate: I -> R (nothing moves) -----------------------------------------
+template <>
+struct transition<Invariant, Replicated> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "replicate";
+  static constexpr bool communicates = false;
+
+  template <class T, class Dev>
+  static Tensor<T, Replicated, Dev> apply(const Tensor<T, Invariant, Dev>& x, const layout_mapping<Replicated>&, Strategy) {
+    return x.template relabel<Replicated>();
+  }
+};
+
+// ---- identity: L -> L ------------------------------------------------------------
+template <LayoutTag L>
+struct transition<L, L> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "identity";
+  static constexpr bool communicates = false;
+
+  template <class T, class Dev>
+  static Tensor<T, L, Dev> apply(const Tensor<T, L, Dev>& x, const layout_mapping<L>& to, Strategy) {
+    if constexpr (is_sharded_v<L>) {
+      if (!std::ranges::equal(x.lengths(), to.lengths()))
+        throw invalid_argument(detail::describe_call<L>(name, x, to) +
+                               ": the lengths differ from the input's; changing the lengths of a sharding is a "
+                               "redistribution (gather then slice), not an identity");
+    }
+    return x;
+  }
+};
+
+/// Runs the entry `From -> To` on x. `to` carries the target's run-time
+/// lengths (for `Sharded<d>` with dynamic lengths); `s` picks the lowering.
+/// If x is differentiable, the result records the backward rule, which is the
+/// entry `adjoint_t<From, To>` of the same table, run with the same strategy.
+template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
+Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {}, Strategy s = Strategy::automatic) {
+  static_assert(has_transition_v<From, To>,
+                "shardex::transit<To>(x): no single transition connects x's layout to To (see transition/table.hpp); "
+                "go through an intermediate layout, e.g. all_gather then slice");
+  Tensor<T, To, Dev> y = transition<From, To>::apply(x.detach(), to, s);
+  if (x.node()) {
+    using adjoint = adjoint_t<From, To>;
+    static_assert(adjoint::exists, "shardex: a transition whose adjoint is missing from the table (a bug in shardex)");
+    y.record(transition<From, To>::name, {x.node()},
+             [in = x.node(), m = dual_mapping<From>(x.mapping()), s](const Tensor<T, dual_t<To>, Dev>& g) {
+               in->accumulate(adjoint::apply(g, m, s));
+             });
+  }
+  return y;
+}
+
+}  // namespace shardex

@@ -1,0 +1,51 @@
+#pragma once
+/// @file
+/// @brief The table of layout transitions: `transition<From, To>`, one entry
+/// per pair of layouts that one lowering connects, and `adjoint_t`, which finds
+/// the backward of every entry *in the same table*: the backward of
+/// `From -> To` is the transition `dual(To) -> dual(From)` (DESIGN.md section 2).
+/// No entry has a hand-written backward.
+///
+/// Minimal complete definition of an entry: `exists = true`, `name`,
+/// `communicates`, and `apply(x, to_mapping, strategy) -> Tensor<T, To, Dev>`.
+/// Laws: `adjoint_t<adjoint_t<F, T>>` is `transition<F, T>` again, and the
+/// dot-product test `sum_r <T(x)_r, y_r> == sum_r <x_r, T*(y)_r>` holds
+/// (test/dist/test_dot_product.cpp).
+
+#include <concepts>
+#include <string>
+#include <type_traits>
+
+#include "shardex/device/tensor.hpp"
+#include "shardex/layout/layouts.hpp"
+#include "shardex/layout/mapping.hpp"
+#include "shardex/lower/strategy.hpp"
+
+namespace shardex {
+
+/// No lowering connects From and To (the entries are specializations in
+/// transition/table.hpp).
+template <LayoutTag From, LayoutTag To>
+struct transition {
+  static constexpr bool exists = false;
+};
+
+template <class From, class To>
+inline constexpr bool has_transition_v = transition<From, To>::exists;
+
+/// The backward of `From -> To`: the entry `dual(To) -> dual(From)`.
+template <LayoutTag From, LayoutTag To>
+using adjoint_t = transition<dual_t<To>, dual_t<From>>;
+
+/// A whole layout a gather or an all-reduce can produce, and a slice can start from.
+template <class L>
+concept WholeLayout = std::same_as<L, Replicated> || std::same_as<L, Invariant>;
+
+/// The mapping of dual(L), from the mapping of L (the lengths carry over).
+template <LayoutTag L>
+layout_mapping<dual_t<L>> dual_mapping(const layout_mapping<L>& m) {
+  if constexpr (is_sharded_v<L>) return m;
+  else return {};
+}
+
+}  // namespace shardex

@@ -1,0 +1,182 @@
+// The MPI primitives behind shardex::mpi::Communicator. Every call's return
+// code goes through check(), which turns it into a backend_error carrying
+// MPI's own error string (the communicator is set to MPI_ERRORS_RETURN).
+#include "shardex/backend/mpi/communicator.hpp"
+
+#include <climits>
+
+#include "shardex/backend/mpi/environment.hpp"
+
+namespace shardex::mpi {
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw backend_error(std::string(what) + " failed: " + std::string(text, static_cast<std::size_t>(len)), rc);
+}
+
+int to_count(std::int64_t n, const char* what) {
+  if (n < 0 || n > INT_MAX)
+    throw invalid_argument(std::string(what) + ": element count " + std::to_string(n) +
+                           " does not fit MPI's int counts (0 .. 2^31-1); split the tensor or use the NCCL backend");
+  return static_cast<int>(n);
+}
+
+std::vector<int> to_counts(std::span<const std::int64_t> n, const char* what) {
+  std::vector<int> out(n.size());
+  for (std::size_t i = 0; i < n.size(); ++i) out[i] = to_count(n[i], what);
+  return out;
+}
+
+struct Communicator::Handle {
+  MPI_Comm comm = MPI_COMM_NULL;
+  explicit Handle(MPI_Comm c) : comm(c) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() {
+    // A communicator outliving MPI_Finalize cannot be freed any more; that is harmless.
+    if (comm != MPI_COMM_NULL && Environment::active()) MPI_Comm_free(&comm);
+  }
+};
+
+Communicator::Communicator(std::shared_ptr<Handle> h) : handle_(std::move(h)) {
+  check(MPI_Comm_set_errhandler(handle_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check(MPI_Comm_rank(handle_->comm, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(handle_->comm, &size_), "MPI_Comm_size");
+}
+
+Communicator Communicator::duplicate(MPI_Comm comm) {
+  if (!Environment::active())
+    throw error("shardex::mpi::Communicator: MPI is not initialized; construct a shardex::mpi::Environment first");
+  MPI_Comm dup = MPI_COMM_NULL;
+  check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
+  return Communicator(std::make_shared<Handle>(dup));
+}
+
+Communicator Communicator::world() { return duplicate(MPI_COMM_WORLD); }
+
+MPI_Comm Communicator::native() const noexcept { return handle_ ? handle_->comm : MPI_COMM_NULL; }
+
+namespace {
+MPI_Comm need(MPI_Comm c, const char* what) {
+  if (c == MPI_COMM_NULL)
+    throw error(std::string(what) + ": the communicator is empty (default-constructed); use Communicator::world()");
+  return c;
+}
+}  // namespace
+
+Communicator Communicator::split(int color, int key) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  check(MPI_Comm_split(need(native(), "MPI_Comm_split"), color, key, &out), "MPI_Comm_split");
+  return Communicator(std::make_shared<Handle>(out));
+}
+
+Communicator Communicator::split_node_local() const {
+  MPI_Comm out = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(need(native(), "MPI_Comm_split_type"), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out),
+        "MPI_Comm_split_type");
+  return Communicator(std::make_shared<Handle>(out));
+}
+
+void Communicator::barrier() const { check(MPI_Barrier(need(native(), "MPI_Barrier")), "MPI_Barrier"); }
+
+void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const {
+  const int n = to_count(count, "MPI_Allgather");
+  check(MPI_Allgather(send, n, t, recv, n, t, need(native(), "MPI_Allgather")), "MPI_Allgather");
+}
+
+void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const {
+  const int n = to_count(count, "MPI_Reduce_scatter_block");
+  check(MPI_Reduce_scatter_block(send, recv, n, t, MPI_SUM, need(native(), "MPI_Reduce_scatter_block")),
+        "MPI_Reduce_scatter_block");
+}
+
+void Communicator::all_reduce_raw(void* buf, std::int64_t count, MPI_Datatype t) const {
+  const int n = to_count(count, "MPI_Allreduce");
+  check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, need(native(), "MPI_Allreduce")), "MPI_Allreduce");
+}
+
+void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const {
+  const int n = to_count(count, "MPI_Alltoall");
+  check(MPI_Alltoall(send, n, t, recv, n, t, need(native(), "MPI_Alltoall")), "MPI_Alltoall");
+}
+
+void Communicator::broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root) const {
+  check(MPI_Bcast(buf, to_count(count, "MPI_Bcast"), t, root, need(native(), "MPI_Bcast")), "MPI_Bcast");
+}
+
+void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
+                                    std::span<const std::int64_t> displs, MPI_Datatype t) const {
+  const auto c = to_counts(counts, "MPI_Allgatherv");
+  const auto d = to_counts(displs, "MPI_Allgatherv");
+  check(MPI_Allgatherv(send, to_count(count, "MPI_Allgatherv"), t, recv, c.data(), d.data(), t,
+                       need(native(), "MPI_Allgatherv")),
+        "MPI_Allgatherv");
+}
+
+void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts,
+                                        MPI_Datatype t) const {
+  const auto c = to_counts(counts, "MPI_Reduce_scatter");
+  check(MPI_Reduce_scatter(send, recv, c.data(), t, MPI_SUM, need(native(), "MPI_Reduce_scatter")), "MPI_Reduce_scatter");
+}
+
+void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts,
+                                    std::span<const std::int64_t> send_displs, void* recv,
+                                    std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
+                                    MPI_Datatype t) const {
+  const auto sc = to_counts(send_counts, "MPI_Alltoallv");
+  const auto sd = to_counts(send_displs, "MPI_Alltoallv");
+  const auto rc = to_counts(recv_counts, "MPI_Alltoallv");
+  const auto rd = to_counts(recv_displs, "MPI_Alltoallv");
+  check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, need(native(), "MPI_Alltoallv")),
+        "MPI_Alltoallv");
+}
+
+void Communicator::all_reduce_min(std::int64_t* buf, int count) const {
+  check(MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_INT64_T, MPI_MIN, need(native(), "MPI_Allreduce(min)")),
+        "MPI_Allreduce(min)");
+}
+
+// ---- Group ---------------------------------------------------------------
+
+Group::~Group() {
+  // Requests still in flight reference user buffers: complete them before the
+  // buffers can go away. Errors cannot be reported from a destructor.
+  if (!requests_.empty()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+}
+
+void Group::broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(buf, to_count(count, "MPI_Ibcast"), t, root, need(comm_->native(), "MPI_Ibcast"), &r), "MPI_Ibcast");
+  requests_.push_back(r);
+}
+
+void Group::reduce_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t, int root) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Ireduce(send, recv, to_count(count, "MPI_Ireduce"), t, MPI_SUM, root, need(comm_->native(), "MPI_Ireduce"), &r),
+        "MPI_Ireduce");
+  requests_.push_back(r);
+}
+
+void Group::send_raw(const void* buf, std::int64_t count, MPI_Datatype t, int peer) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Isend(buf, to_count(count, "MPI_Isend"), t, peer, 0, need(comm_->native(), "MPI_Isend"), &r), "MPI_Isend");
+  requests_.push_back(r);
+}
+
+void Group::recv_raw(void* buf, std::int64_t count, MPI_Datatype t, int peer) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Irecv(buf, to_count(count, "MPI_Irecv"), t, peer, 0, need(comm_->native(), "MPI_Irecv"), &r), "MPI_Irecv");
+  requests_.push_back(r);
+}
+
+void Group::end() {
+  std::vector<MPI_Request> rs;
+  rs.swap(requests_);
+  if (!rs.empty())
+    check(MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (group end)");
+}
+
+}  // namespace shardex::mpi
