@@ -1,0 +1,86 @@
+// The test runner across ranks: doctest runs on every rank; each rank's
+// report is kept, and rank 0 prints the reports of the failing ranks (each
+// line prefixed with its rank) and one summary combining all ranks. The exit
+// code is non-zero if any rank failed. Tests that skip (no GPU) exit 77 on
+// every rank, which mpirun passes through to Meson as SKIP.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <iostream>
+#include <sstream>
+
+#include "shardex/backend/mpi/print.hpp"
+#include "shardex/backend/mpi/environment.hpp"
+#include "support/dist.hpp"
+
+namespace {
+
+doctest::TestRunStats g_stats;
+
+/// Records the run's counts, which the console reporter only prints.
+struct StatsListener : doctest::IReporter {
+  explicit StatsListener(const doctest::ContextOptions&) {}
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats& s) override { g_stats = s; }
+  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+
+}  // namespace
+
+DOCTEST_REGISTER_LISTENER("shardex_stats", 1, StatsListener);
+
+int main(int argc, char** argv) {
+  shardex::mpi::Environment env(argc, argv);
+  const auto& comm = shardex::test::world();
+  const int rank = comm.rank(), size = comm.size();
+
+  doctest::Context ctx(argc, argv);
+  std::ostringstream report;
+  ctx.setCout(&report);
+  int rc = 0;
+  try {
+    rc = ctx.run();
+  } catch (const std::exception& e) {
+    report << "uncaught exception: " << e.what() << "\n";
+    rc = 1;
+  }
+  if (ctx.shouldExit()) {  // --help, --list-test-cases ...
+    if (rank == 0) std::cout << report.str();
+    return rc;
+  }
+
+  // Every line of a failing rank's report, prefixed with its rank.
+  std::string mine;
+  if (rc != 0) {
+    std::istringstream lines(report.str());
+    for (std::string line; std::getline(lines, line);)
+      mine += "[rank " + std::to_string(rank) + "/" + std::to_string(size) + "] " + line + "\n";
+  }
+  shardex::mpi::print_in_rank_order(comm, mine, std::cout);
+
+  // One summary over all ranks: sums of the counts, and which ranks failed.
+  std::int64_t counts[5] = {g_stats.numTestCasesPassingFilters, g_stats.numTestCasesFailed,
+                            static_cast<std::int64_t>(g_stats.numAsserts), static_cast<std::int64_t>(g_stats.numAssertsFailed),
+                            rc != 0 ? 1 : 0};
+  std::int64_t totals[5] = {};
+  MPI_Allreduce(counts, totals, 5, MPI_INT64_T, MPI_SUM, comm.native());
+  std::ostringstream list;  // the failing ranks, on rank 0
+  shardex::mpi::print_in_rank_order(comm, rc != 0 ? std::to_string(rank) + " " : std::string(), list);
+  if (rank == 0) {
+    std::cout << "[shardex] " << size << (size == 1 ? " rank" : " ranks") << ": test cases " << totals[0] / size
+              << " per rank, " << totals[1] << " failed over all ranks; assertions " << totals[2] << " ("
+              << totals[3] << " failed)";
+    if (totals[4] > 0) std::cout << "; failing ranks: " << list.str();
+    std::cout << (totals[4] > 0 ? " -> FAILED" : " -> passed") << std::endl;
+  }
+  return totals[4] > 0 ? 1 : 0;
+}
