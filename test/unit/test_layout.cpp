@@ -91,9 +91,10 @@ TEST_CASE("Shape and DimView") {
   CHECK(Shape{}.numel() == 1);
 }
 
-TEST_CASE("the cost model picks an equal-count collective for even lengths and v collectives on MPI") {
+TEST_CASE("the cost model picks v collectives on MPI, and without them an equal-count collective for even lengths") {
   const std::vector<std::int64_t> even{3, 3, 3, 3}, uneven{1, 2, 3, 4}, skewed{0, 0, 0, 100};
-  CHECK(choose_strategy(CollectiveOp::all_gather, even, 64, true) == Strategy::padded);
+  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 64, true) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::all_gather, even, 1 << 20, false) == Strategy::padded);
   CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 64, true) == Strategy::v_collective);
   // Without v collectives: one large piece wastes 3x in padding -> per-root.
   CHECK(choose_strategy(CollectiveOp::reduce_scatter, skewed, 1 << 20, false) == Strategy::per_root);

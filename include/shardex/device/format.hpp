@@ -3,6 +3,7 @@
 /// @brief Printing a host tensor's local part: "[[1, 1], [1, 1]]", numbers in
 /// the shortest form that reads back exactly.
 
+#include <limits>
 #include <sstream>
 #include <string>
 
