@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
   const auto& comm = shardex::test::world();
   const int rank = comm.rank(), size = comm.size();
 
-  doctest::Context ctx(argc, argv);
+  doctest::Context ctx;
+  ctx.setOption("no-colors", true);  // the report is captured and re-printed, not a terminal
+  ctx.applyCommandLine(argc, argv);
   std::ostringstream report;
   ctx.setCout(&report);
   int rc = 0;
@@ -79,7 +81,11 @@ int main(int argc, char** argv) {
     std::cout << "[shardex] " << size << (size == 1 ? " rank" : " ranks") << ": test cases " << totals[0] / size
               << " per rank, " << totals[1] << " failed over all ranks; assertions " << totals[2] << " ("
               << totals[3] << " failed)";
-    if (totals[4] > 0) std::cout << "; failing ranks: " << list.str();
+    if (totals[4] > 0) {
+      std::string ranks = list.str();
+      if (!ranks.empty() && ranks.back() == ' ') ranks.pop_back();
+      std::cout << "; failing ranks: " << ranks;
+    }
     std::cout << (totals[4] > 0 ? " -> FAILED" : " -> passed") << std::endl;
   }
   return totals[4] > 0 ? 1 : 0;
