@@ -74,6 +74,20 @@ private:
   int rank_ = 0;
 };
 
+/// A shape known at compile time: `shape_c<5, 10>`. It converts to `Shape`, and
+/// the tensor factories given one check the layout against it at compile time
+/// (the sharded dim exists, static lengths sum to its extent), as CuTe mixes
+/// static and dynamic extents.
+template <std::int64_t... E>
+struct static_shape {
+  static_assert(((E >= 0) && ...), "shardex::shape_c<...> requires every extent to be >= 0");
+  static constexpr int rank = sizeof...(E);
+  static constexpr std::array<std::int64_t, sizeof...(E)> values{E...};
+  constexpr operator Shape() const { return Shape{E...}; }  // NOLINT(google-explicit-constructor)
+};
+template <std::int64_t... E>
+inline constexpr static_shape<E...> shape_c{};
+
 /// A row-major array seen as (outer, extent, inner) around one dim: the
 /// shape every pack/unpack along a sharded dim works on.
 struct DimView {

@@ -14,6 +14,8 @@
 /// p.local_shape();   // (5, r + 1)
 /// @endcode
 
+#include <array>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -45,6 +47,13 @@ public:
 
   Tensor() = default;
 
+  /// Evaluates a lazy expression (expr/): `Tensor<float, Replicated> y = all_gather(x);`
+  /// runs the simplified plan of the expression here.
+  template <class E>
+    requires(!std::same_as<std::remove_cvref_t<E>, Tensor> && requires { typename E::layout_type; } &&
+             requires(const E& e) { evaluate(e); })
+  Tensor(const E& e) : Tensor(evaluate_as_this(e)) {}  // NOLINT(google-explicit-constructor): expressions convert like Eigen's
+
   /// Zeros: every rank allocates its part of a tensor of global shape `global`.
   static Tensor zeros(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
     Tensor t(comm, global, std::move(m), "shardex::Tensor::zeros");
@@ -61,6 +70,23 @@ public:
 
   static Tensor ones(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
     return full(comm, global, T(1), std::move(m));
+  }
+
+  /// The factories with a compile-time shape check the layout at compile time.
+  template <std::int64_t... E>
+  static Tensor zeros(const communicator_type& comm, static_shape<E...> s, mapping_type m = {}) {
+    static_check(s);
+    return zeros(comm, Shape(s), std::move(m));
+  }
+  template <std::int64_t... E>
+  static Tensor ones(const communicator_type& comm, static_shape<E...> s, mapping_type m = {}) {
+    static_check(s);
+    return ones(comm, Shape(s), std::move(m));
+  }
+  template <std::int64_t... E>
+  static Tensor full(const communicator_type& comm, static_shape<E...> s, T value, mapping_type m = {}) {
+    static_check(s);
+    return full(comm, Shape(s), value, std::move(m));
   }
 
   /// Each rank fills its part with f(global_index), `global_index` a
@@ -83,6 +109,35 @@ public:
       t.data_[i] = static_cast<T>(f(std::span<const std::int64_t>(idx)));
     }
     return t;
+  }
+
+  /// Uniform numbers in [lo, hi), a function of (seed, global index) only:
+  /// every rank gets its part of one global random tensor, whatever the layout
+  /// and the lengths (whole layouts get the whole tensor on every rank).
+  static Tensor uniform(const communicator_type& comm, const Shape& global, std::uint64_t seed, T lo = T(-1), T hi = T(1),
+                        mapping_type m = {})
+    requires std::same_as<Device, Host>
+  {
+    return from_function(
+        comm, global,
+        [&](std::span<const std::int64_t> idx) { return lo + (hi - lo) * static_cast<T>(unit_random(seed, linear_index(global, idx))); },
+        std::move(m));
+  }
+
+  /// Normal numbers N(mean, stddev^2), by the same rule as `uniform`.
+  static Tensor normal(const communicator_type& comm, const Shape& global, std::uint64_t seed, T mean = T(0),
+                       T stddev = T(1), mapping_type m = {})
+    requires std::same_as<Device, Host>
+  {
+    return from_function(
+        comm, global,
+        [&](std::span<const std::int64_t> idx) {
+          const std::uint64_t k = 2 * static_cast<std::uint64_t>(linear_index(global, idx));
+          const double u1 = 1.0 - unit_random(seed, static_cast<std::int64_t>(k));  // (0, 1]
+          const double u2 = unit_random(seed, static_cast<std::int64_t>(k + 1));
+          return mean + stddev * static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+        },
+        std::move(m));
   }
 
   /// From each rank's local part, copied. Collective: all ranks call it, and
@@ -127,9 +182,17 @@ public:
             std::to_string(local_shape.numel());
     detail::Signature sig;
     sig.add(op).add(dtype_name<T>()).add(layout_name<L>());
-    if (err.empty())
+    std::string call = where + " with global shape " + global.str();
+    if (err.empty()) {
       for (auto e : global.extents()) sig.add(e);
-    detail::agree(comm, err, sig, where + " with global shape " + global.str());
+      // The lengths too: lists that differ across ranks can fit every rank's
+      // own extent and sum to the same global extent.
+      if constexpr (is_sharded_v<L>) {
+        for (auto l : m.lengths()) sig.add(l);
+        call += " and lengths " + to_string(m.lengths());
+      }
+    }
+    detail::agree(comm, err, sig, call);
     Tensor t(comm, global, std::move(m), op);
     t.data_ = data;
     return t;
@@ -164,16 +227,16 @@ public:
     }
   }
 
-  /// Element at a local multi-index (host only).
+  /// Element at a local multi-index (host only); `x()` for a 0-d tensor.
   template <std::integral... I>
     requires std::same_as<Device, Host>
   [[nodiscard]] T& operator()(I... idx) const {
-    const std::int64_t ix[] = {static_cast<std::int64_t>(idx)...};
+    const std::array<std::int64_t, sizeof...(I)> ix{static_cast<std::int64_t>(idx)...};
     if (static_cast<int>(sizeof...(I)) != local_.rank())
       throw invalid_argument("shardex::Tensor::operator(): " + std::to_string(sizeof...(I)) + " indices for a " +
                              std::to_string(local_.rank()) + "-d local shape " + local_.str());
     std::int64_t off = 0;
-    for (int d = 0; d < local_.rank(); ++d) off = off * local_[d] + ix[d];
+    for (int d = 0; d < local_.rank(); ++d) off = off * local_[d] + ix[static_cast<std::size_t>(d)];
     return data_[off];
   }
 
@@ -256,6 +319,44 @@ public:
   }
 
 private:
+  template <std::int64_t... E>
+  static constexpr void static_check(static_shape<E...>) {
+    if constexpr (is_sharded_v<L>) {
+      static_assert(L::dim < static_shape<E...>::rank,
+                    "shardex::Tensor<T, Sharded<D, ...>>: the tensor has no dim D (D >= its rank); shard along one of "
+                    "its dims");
+      if constexpr (L::dim < static_shape<E...>::rank && L::has_static_lengths)
+        static_assert(L::lengths_type::sum == static_shape<E...>::values[L::dim],
+                      "shardex::Tensor<T, Sharded<D, lengths<...>>>: the static lengths do not sum to the extent of dim "
+                      "D; fix the lengths or the shape");
+    }
+  }
+
+  static std::int64_t linear_index(const Shape& g, std::span<const std::int64_t> idx) {
+    std::int64_t k = 0;
+    for (int d = 0; d < g.rank(); ++d) k = k * g[d] + idx[static_cast<std::size_t>(d)];
+    return k;
+  }
+  /// A number in [0, 1) from (seed, k): splitmix64, a counter-based generator.
+  static double unit_random(std::uint64_t seed, std::int64_t k) {
+    std::uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(k) + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+
+  template <class E>
+  static Tensor evaluate_as_this(const E& e) {
+    static_assert(std::same_as<typename E::layout_type, L>,
+                  "shardex::Tensor<T, L>: the expression has another layout than the tensor it initializes; insert "
+                  "redistribute<L>(expr), or declare the tensor with auto");
+    static_assert(std::same_as<typename E::value_type, T>,
+                  "shardex::Tensor<T, L>: the expression has another element type (float vs double)");
+    if constexpr (std::same_as<typename E::layout_type, L> && std::same_as<typename E::value_type, T>) return evaluate(e);
+    else return {};
+  }
+
   Tensor(const communicator_type& comm, const Shape& global, mapping_type m, const char* op)
       : comm_(comm), global_(global), mapping_(std::move(m)) {
     if constexpr (is_sharded_v<L>) check_mapping<L>(mapping_, global_, comm_.size(), comm_.rank(), op);

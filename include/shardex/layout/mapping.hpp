@@ -73,3 +73,15 @@ Shape local_shape(const Shape& global, const layout_mapping<L>& m, int rank) {
 }
 
 }  // namespace shardex
+
+namespace shardex {
+
+/// The mapping of layout `To` carrying the lengths of `m` (a sharded layout
+/// whose dim changed, e.g. after a transpose or a sum over an earlier dim).
+template <ShardedLayout To, ShardedLayout From>
+layout_mapping<To> carry_lengths(const layout_mapping<From>& m) {
+  if constexpr (To::has_static_lengths) return {};
+  else return layout_mapping<To>(std::vector<std::int64_t>(m.lengths().begin(), m.lengths().end()));
+}
+
+}  // namespace shardex

@@ -11,6 +11,8 @@
 /// | `v_collective` | MPI_Allgatherv                   | MPI_Reduce_scatter                | MPI_Alltoallv                  |
 /// | `send_recv`    | (not applicable)                 | (not applicable)                  | grouped send/receive           |
 ///
+/// `reshard` (new lengths along the same dim) takes `v_collective` or `send_recv`.
+///
 /// `per_root` is the reference module's `*_by_group_call`. `automatic` asks the
 /// cost model (`choose_strategy`).
 
@@ -25,7 +27,7 @@ namespace shardex {
 
 enum class Strategy { automatic, padded, per_root, v_collective, send_recv };
 
-enum class CollectiveOp { all_gather, reduce_scatter, all_to_all };
+enum class CollectiveOp { all_gather, reduce_scatter, all_to_all, reshard };
 
 constexpr const char* strategy_name(Strategy s) {
   switch (s) {
@@ -43,14 +45,17 @@ constexpr const char* op_name(CollectiveOp op) {
     case CollectiveOp::all_gather: return "all_gather";
     case CollectiveOp::reduce_scatter: return "reduce_scatter";
     case CollectiveOp::all_to_all: return "all_to_all";
+    case CollectiveOp::reshard: return "reshard";
   }
   return "?";
 }
 
 constexpr bool supports(CollectiveOp op, Strategy s) {
-  if (s == Strategy::automatic || s == Strategy::padded || s == Strategy::v_collective) return true;
-  if (s == Strategy::per_root) return op != CollectiveOp::all_to_all;
-  return op == CollectiveOp::all_to_all;  // send_recv
+  const bool exchange = op == CollectiveOp::all_to_all || op == CollectiveOp::reshard;
+  if (s == Strategy::automatic || s == Strategy::v_collective) return true;
+  if (s == Strategy::padded) return op != CollectiveOp::reshard;
+  if (s == Strategy::per_root) return !exchange;
+  return exchange;  // send_recv
 }
 
 /// The cost model behind `Strategy::automatic` (alpha-beta: a fixed latency per
@@ -78,6 +83,7 @@ inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> l
     nonzero += l > 0;
   }
   if (backend_has_v) return Strategy::v_collective;
+  if (op == CollectiveOp::reshard) return Strategy::send_recv;
   if (mx * n == sum) return Strategy::padded;
   const double padded = model.latency_s + static_cast<double>(n * mx * row_bytes) * model.seconds_per_byte;
   const double rooted = static_cast<double>(nonzero) * model.latency_s + static_cast<double>(sum * row_bytes) * model.seconds_per_byte;

@@ -11,8 +11,9 @@
 /// | `R -> S(d)`, `I -> S(d)`   | slice          | local copy, no communication      |
 /// | `S(d) -> P`                | zero_pad       | local copy, no communication      |
 /// | `S(c) -> S(s)`, c != s     | all_to_all     | lower/all_to_all.hpp (strategy)   |
+/// | `S(d)[a] -> S(d)[b]`       | reshard        | lower/reshard.hpp (strategy); nothing if a == b |
 /// | `I -> R`                   | replicate      | nothing (same storage)            |
-/// | `L -> L`                   | identity       | nothing (same storage)            |
+/// | `L -> L`, L in I, R, P     | identity       | nothing (same storage)            |
 
 #include <algorithm>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "shardex/lower/all_gather.hpp"
 #include "shardex/lower/all_to_all.hpp"
 #include "shardex/lower/reduce_scatter.hpp"
+#include "shardex/lower/reshard.hpp"
 #include "shardex/transition/agree.hpp"
 #include "shardex/transition/transition.hpp"
 
@@ -68,7 +70,8 @@ Strategy prepare(const char* name, bool communicates, const X& x, const layout_m
     if constexpr (is_sharded_v<To>)
       for (auto l : to.lengths()) sig.add(l);
   }
-  agree(x.comm(), err, sig, call);
+  // The strategy is part of the call: name it, or a mismatch in it reads as none.
+  agree(x.comm(), err, sig, op && err.empty() ? call + " (strategy " + strategy_name(resolved) + ")" : call);
   return resolved;
 }
 
@@ -199,21 +202,40 @@ struct transition<Invariant, Replicated> {
   }
 };
 
-// ---- identity: L -> L ------------------------------------------------------------
+// ---- reshard: S(d)[a] -> S(d)[b] ---------------------------------------------------
+template <int D, class La, class Lb>
+struct transition<Sharded<D, La>, Sharded<D, Lb>> {
+  static constexpr bool exists = true;
+  static constexpr const char* name = "reshard";
+  static constexpr bool communicates = true;
+
+  template <class T, class Dev>
+  static Tensor<T, Sharded<D, Lb>, Dev> apply(const Tensor<T, Sharded<D, La>, Dev>& x, const layout_mapping<Sharded<D, Lb>>& to,
+                                              Strategy s) {
+    if constexpr (std::same_as<La, Lb> && is_static_lengths_v<La>) {
+      return x;  // the same static lengths: nothing to do
+    } else {
+      // Agree first: a rank whose lengths already match must not return while
+      // a peer (with other lengths, a bug to report) waits in the exchange.
+      s = detail::prepare<Sharded<D, Lb>>(name, true, x, to, s, CollectiveOp::reshard, detail::row_bytes(x, D), to.lengths());
+      if (std::ranges::equal(x.lengths(), to.lengths())) return x.template relabel<Sharded<D, Lb>>(to);
+      auto out = Tensor<T, Sharded<D, Lb>, Dev>::zeros(x.comm(), x.shape(), to);
+      lower::reshard<Dev>(s, x.comm(), x.data(), out.data(), x.shape(), D, x.lengths(), to.lengths());
+      return out;
+    }
+  }
+};
+
+// ---- identity: L -> L for the whole layouts ------------------------------------------
 template <LayoutTag L>
+  requires(!is_sharded_v<L>)
 struct transition<L, L> {
   static constexpr bool exists = true;
   static constexpr const char* name = "identity";
   static constexpr bool communicates = false;
 
   template <class T, class Dev>
-  static Tensor<T, L, Dev> apply(const Tensor<T, L, Dev>& x, const layout_mapping<L>& to, Strategy) {
-    if constexpr (is_sharded_v<L>) {
-      if (!std::ranges::equal(x.lengths(), to.lengths()))
-        throw invalid_argument(detail::describe_call<L>(name, x, to) +
-                               ": the lengths differ from the input's; changing the lengths of a sharding is a "
-                               "redistribution (gather then slice), not an identity");
-    }
+  static Tensor<T, L, Dev> apply(const Tensor<T, L, Dev>& x, const layout_mapping<L>&, Strategy) {
     return x;
   }
 };

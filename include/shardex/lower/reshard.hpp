@@ -1,0 +1,66 @@
+#pragma once
+/// @file
+/// @brief Lowering of a change of shard lengths along the same dim
+/// (S(d)[old] -> S(d)[new]): each rank sends every other rank the overlap of
+/// its old interval with that rank's new one, in one all-to-all-v or grouped
+/// send/receive. Only the elements that change owner move; nothing is gathered.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shardex/lower/all_gather.hpp"
+
+namespace shardex::lower {
+
+template <class Dev, class Comm, class T>
+void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global, int dim, std::span<const std::int64_t> old_lens,
+             std::span<const std::int64_t> new_lens) {
+  const int n = comm.size(), me = comm.rank();
+  const auto us = [](int i) { return static_cast<std::size_t>(i); };
+  const auto a = offsets_of(old_lens), c = offsets_of(new_lens);
+  const std::int64_t outer = global.outer(dim), inner = global.inner(dim);
+  const std::int64_t mine_old = old_lens[us(me)], mine_new = new_lens[us(me)];
+  // Overlap of old interval of rank p with new interval of rank q: [lo, hi).
+  const auto overlap = [&](int p, int q) {
+    const std::int64_t lo = std::max(a[us(p)], c[us(q)]), hi = std::min(a[us(p) + 1], c[us(q) + 1]);
+    return std::pair{lo, std::max(hi, lo)};
+  };
+  std::vector<std::int64_t> scount(us(n)), sdispl(us(n)), rcount(us(n)), rdispl(us(n));
+  std::int64_t stotal = 0, rtotal = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto [slo, shi] = overlap(me, i);
+    scount[us(i)] = outer * (shi - slo) * inner;
+    sdispl[us(i)] = stotal;
+    stotal += scount[us(i)];
+    const auto [rlo, rhi] = overlap(i, me);
+    rcount[us(i)] = outer * (rhi - rlo) * inner;
+    rdispl[us(i)] = rtotal;
+    rtotal += rcount[us(i)];
+  }
+  auto sbuf = Dev::template allocate<T>(stotal);
+  auto rbuf = Dev::template allocate<T>(rtotal);
+  for (int i = 0; i < n; ++i) {
+    const auto [lo, hi] = overlap(me, i);
+    Dev::copy_block(x, mine_old, lo - a[us(me)], sbuf.get() + sdispl[us(i)], hi - lo, 0, outer, hi - lo, inner);
+  }
+  if (s == Strategy::v_collective) {
+    if constexpr (Comm::has_v_collectives) comm.all_to_all_v(sbuf.get(), scount, sdispl, rbuf.get(), rcount, rdispl);
+  } else {  // send_recv
+    Dev::copy_block(sbuf.get() + sdispl[us(me)], 1, 0, rbuf.get() + rdispl[us(me)], 1, 0, 1, 1, scount[us(me)]);
+    auto g = comm.group();
+    for (int k = 1; k < n; ++k) {
+      const int to = (me + k) % n, from = (me - k + n) % n;
+      if (rcount[us(from)] > 0) g.recv(rbuf.get() + rdispl[us(from)], rcount[us(from)], from);
+      if (scount[us(to)] > 0) g.send(sbuf.get() + sdispl[us(to)], scount[us(to)], to);
+    }
+    g.end();
+  }
+  for (int j = 0; j < n; ++j) {
+    const auto [lo, hi] = overlap(j, me);
+    Dev::copy_block(rbuf.get() + rdispl[us(j)], hi - lo, 0, y, mine_new, lo - c[us(me)], outer, hi - lo, inner);
+  }
+}
+
+}  // namespace shardex::lower
