@@ -40,41 +40,41 @@ int main(int argc, char** argv) {
     for (Strategy s : {Strategy::padded, Strategy::per_root}) {
       const bool by_group = s == Strategy::per_root;
       auto p = Tensor<float, S1>::ones(comm, {5, 10}).requires_grad();  // local (5, rank + 1)
-      auto loss = sum(all_gather(p, s)) / 4.0f;
+      auto loss = eval(sum(all_gather(p, s)) / 4.0);
       backward(loss);
       report(comm, by_group ? "all_gather_by_group_call" : "all_gather", "losses are the same, grads are 1", loss, p);
     }
     {
       auto p = Tensor<float, Partial>::full(comm, {5, 4}, float(rank)).requires_grad();
-      auto loss = sum(all_reduce(p)) / 4.0f;
+      auto loss = eval(sum(all_reduce(p)) / 4.0);
       backward(loss);
       report(comm, "all_reduce", "losses are the same, grads are 1", loss, p);
     }
     for (Strategy s : {Strategy::padded, Strategy::per_root}) {
       const bool by_group = s == Strategy::per_root;
       auto p = Tensor<float, Partial>::ones(comm, {5, 10}).requires_grad();
-      auto loss = sum(reduce_scatter<S1>(p, s));
+      auto loss = eval(sum(reduce_scatter<S1>(p, s)));
       backward(loss);
       report(comm, by_group ? "reduce_scatter_by_group_call" : "reduce_scatter", "losses proportional to rank, grads are 1",
              loss, p);
     }
     {
       auto p = Tensor<float, Replicated>::ones(comm, {5, 10}).requires_grad();
-      auto loss = sum(dynamic_slice<S1>(p));
+      auto loss = eval(sum(dynamic_slice<S1>(p)));
       backward(loss);
       report(comm, "dynamic_slice", "losses proportional to rank, grads are partially 1", loss, p);
     }
     {
       auto p = Tensor<float, S1>::ones(comm, {10, 10}).requires_grad();  // local (10, rank + 1)
-      auto loss = sum(all_to_all<Sharded<0, lengths<4, 3, 2, 1>>>(p));
+      auto loss = eval(sum(all_to_all<Sharded<0, lengths<4, 3, 2, 1>>>(p)));
       backward(loss);
       report(comm, "all_to_all", "losses are reverse proportional to rank, grads are 1", loss, p);
     }
     {
       using C = Sharded<1, lengths<0, 2, 0, 8>>;
       auto p = Tensor<float, C>::ones(comm, {10, 10}).requires_grad();
-      auto y = all_to_all<Sharded<0, lengths<5, 0, 5, 0>>>(p);
-      auto loss = sum(y);
+      Tensor<float, Sharded<0, lengths<5, 0, 5, 0>>> y = all_to_all<Sharded<0, lengths<5, 0, 5, 0>>>(p);
+      auto loss = eval(sum(y));
       backward(loss);
       if (rank == 0) std::cout << "testing all_to_all with zero  (expect: shapes (10, 0|2|0|8) -> (5|0|5|0, 10))\n";
       std::ostringstream os;
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     }
     {
       auto p = Tensor<float, Invariant>::ones(comm, {5, 5}).requires_grad();
-      auto loss = sum(replicate(p)) / 4.0f;
+      auto loss = eval(sum(replicate(p)) / 4.0);
       backward(loss);
       report(comm, "replicate", "losses are the same, grads are 1", loss, p);
     }

@@ -55,7 +55,7 @@ std::string message_of(const std::function<void()>& f) {
 void check_communicator_still_works() {
   const auto& comm = world();
   auto p = Tensor<double, Partial>::full(comm, {3}, double(comm.rank() + 1));
-  auto s = all_reduce(p);
+  auto s = eager::all_reduce(p);
   const int n = comm.size();
   CHECK(s(0) == double(n * (n + 1) / 2));
   CHECK(s(2) == double(n * (n + 1) / 2));
@@ -89,17 +89,17 @@ TEST_CASE("a lengths list whose count is not the world size") {
   const auto partial = Tensor<float, Partial>::ones(comm, {5, 10});
   const auto replicated = Tensor<float, Replicated>::ones(comm, {5, 10});
 
-  SUBCASE("reduce_scatter (collective)") {
-    CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<1>>(partial, bad)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", count);
+  SUBCASE("eager::reduce_scatter (collective)") {
+    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, bad)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", count);
   }
   SUBCASE("reduce_scatter with every strategy") {
     for (Strategy s : {Strategy::padded, Strategy::per_root, Strategy::v_collective, Strategy::automatic}) {
       CAPTURE(strategy_name(s));
-      CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<1>>(partial, bad, s)), "reduce_scatter", count);
+      CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, bad, s)), "reduce_scatter", count);
     }
   }
-  SUBCASE("dynamic_slice (local)") {
-    CHECK_BAD_INPUT(((void)dynamic_slice<Sharded<1>>(replicated, bad)), "slice", rank_str(r), "(5, 10)", count);
+  SUBCASE("eager::dynamic_slice (local)") {
+    CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(replicated, bad)), "slice", rank_str(r), "(5, 10)", count);
   }
   SUBCASE("all_to_all") {
     const auto x = Tensor<float, Sharded<1>>::ones(comm, {5, 10}, layout_mapping<Sharded<1>>(ten_on_last(n)));
@@ -108,7 +108,7 @@ TEST_CASE("a lengths list whose count is not the world size") {
       ls[0] = 5;
       return ls;
     }();
-    CHECK_BAD_INPUT(((void)all_to_all<Sharded<0>>(x, bad5)), "shardex::all_to_all", rank_str(r), "(5, 10)",
+    CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<0>>(x, bad5)), "shardex::all_to_all", rank_str(r), "(5, 10)",
                     "has " + std::to_string(n + 1) + " entries");
   }
   SUBCASE("Tensor::zeros, ones, full") {
@@ -132,11 +132,11 @@ TEST_CASE("a lengths list whose count is not the world size") {
     if (n == 4) {
       CHECK_NOTHROW(make());
       // and a transition into it is fine too
-      CHECK(reduce_scatter<S>(partial).local_shape() == Shape{5, r + 1});
+      CHECK(eager::reduce_scatter<S>(partial).local_shape() == Shape{5, r + 1});
     } else {
       CHECK_BAD_INPUT((make()), "shardex::Tensor", rank_str(r), "S(1)[1,2,3,4]", "(5, 10)",
                       "has 4 entries but the communicator has " + std::to_string(n) + " ranks");
-      CHECK_BAD_INPUT(((void)reduce_scatter<S>(partial)), "shardex::reduce_scatter", rank_str(r), "(5, 10)",
+      CHECK_BAD_INPUT(((void)eager::reduce_scatter<S>(partial)), "shardex::reduce_scatter", rank_str(r), "(5, 10)",
                       "has 4 entries but the communicator has " + std::to_string(n) + " ranks");
     }
   }
@@ -208,13 +208,13 @@ TEST_CASE("negative lengths") {
   const auto neg = negative(10);
   const auto partial = Tensor<float, Partial>::ones(comm, {5, 10});
   const std::string what = "length of rank 0 is negative";
-  CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<1>>(partial, neg)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", what);
-  CHECK_BAD_INPUT(((void)dynamic_slice<Sharded<1>>(Tensor<float, Replicated>::ones(comm, {5, 10}), neg)), "slice", rank_str(r),
+  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, neg)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", what);
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<float, Replicated>::ones(comm, {5, 10}), neg)), "slice", rank_str(r),
                   "(5, 10)", what);
   CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::zeros(comm, {5, 10}, layout_mapping<Sharded<1>>(neg))), "shardex::Tensor",
                   rank_str(r), "(5, 10)", what);
   const auto x = Tensor<double, Sharded<0>>::ones(comm, {10, 5}, layout_mapping<Sharded<0>>(ten_on_last(n)));
-  CHECK_BAD_INPUT(((void)all_to_all<Sharded<1>>(x, negative(5))), "all_to_all", rank_str(r),
+  CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<1>>(x, negative(5))), "all_to_all", rank_str(r),
                   "(10, 5)", what);
   check_communicator_still_works();
 }
@@ -224,17 +224,17 @@ TEST_CASE("a sharded dim out of range") {
   const int n = comm.size(), r = comm.rank();
   const auto ls = ten_on_last(n);
   const std::string range = "sharded dim 3 is out of range for a 2-d tensor";
-  CHECK_BAD_INPUT(((void)dynamic_slice<Sharded<3>>(Tensor<float, Replicated>::ones(comm, {5, 10}), ls)), "slice", rank_str(r),
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<3>>(Tensor<float, Replicated>::ones(comm, {5, 10}), ls)), "slice", rank_str(r),
                   "(5, 10)", range);
-  CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<3>>(Tensor<float, Partial>::ones(comm, {5, 10}), ls)), "reduce_scatter",
+  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<3>>(Tensor<float, Partial>::ones(comm, {5, 10}), ls)), "reduce_scatter",
                   rank_str(r), "(5, 10)", range);
   const auto x = Tensor<float, Sharded<1>>::ones(comm, {5, 10}, layout_mapping<Sharded<1>>(ls));
-  CHECK_BAD_INPUT(((void)all_to_all<Sharded<2>>(x, ls)), "all_to_all", rank_str(r), "(5, 10)",
+  CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<2>>(x, ls)), "all_to_all", rank_str(r), "(5, 10)",
                   "sharded dim 2 is out of range for a 2-d tensor");
   CHECK_BAD_INPUT(((void)Tensor<float, Sharded<2>>::zeros(comm, {5, 10}, layout_mapping<Sharded<2>>(ls))), "shardex::Tensor",
                   rank_str(r), "(5, 10)", "sharded dim 2 is out of range");
   // A 0-d tensor has no dim 0 to shard.
-  CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<0>>(Tensor<double, Partial>::ones(comm, Shape{}), std::vector<std::int64_t>(
+  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<0>>(Tensor<double, Partial>::ones(comm, Shape{}), std::vector<std::int64_t>(
                                                                                                      static_cast<std::size_t>(n), 0))),
                   "reduce_scatter", rank_str(r), "sharded dim 0 is out of range for a 0-d tensor");
   std::vector<float> data(static_cast<std::size_t>(r == n - 1 ? 10 : 0));
@@ -253,11 +253,11 @@ TEST_CASE("lengths that do not sum to the global extent") {
   const auto partial = Tensor<float, Partial>::ones(comm, {5, 10});
   for (Strategy s : {Strategy::padded, Strategy::per_root, Strategy::v_collective}) {
     CAPTURE(strategy_name(s));
-    CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<1>>(partial, nine, s)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", sum);
+    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, nine, s)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", sum);
   }
-  CHECK_BAD_INPUT(((void)dynamic_slice<Sharded<1>>(Tensor<double, Replicated>::ones(comm, {5, 10}), nine)), "slice", rank_str(r),
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<double, Replicated>::ones(comm, {5, 10}), nine)), "slice", rank_str(r),
                   "(5, 10)", sum);
-  CHECK_BAD_INPUT(((void)dynamic_slice<Sharded<1>>(Tensor<double, Invariant>::ones(comm, {5, 10}), nine)), "slice", "(5, 10)", sum);
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<double, Invariant>::ones(comm, {5, 10}), nine)), "slice", "(5, 10)", sum);
   CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::ones(comm, {5, 10}, layout_mapping<Sharded<1>>(nine))), "shardex::Tensor",
                   rank_str(r), "(5, 10)", sum);
   const auto x = Tensor<float, Sharded<0>>::ones(comm, {7, 10}, layout_mapping<Sharded<0>>([&] {
@@ -267,7 +267,7 @@ TEST_CASE("lengths that do not sum to the global extent") {
                                                  }()));
   for (Strategy s : {Strategy::padded, Strategy::v_collective, Strategy::send_recv}) {
     CAPTURE(strategy_name(s));
-    CHECK_BAD_INPUT(((void)all_to_all<Sharded<1>>(x, nine, s)), "shardex::all_to_all", rank_str(r), "(7, 10)", sum);
+    CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<1>>(x, nine, s)), "shardex::all_to_all", rank_str(r), "(7, 10)", sum);
   }
   check_communicator_still_works();
 }
@@ -278,7 +278,7 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   if (n < 2) {
     // One rank cannot disagree with itself: the same calls simply run.
     auto x = Tensor<float, Sharded<1>>::ones(comm, {5, 10}, layout_mapping<Sharded<1>>(ten_on_last(n)));
-    CHECK(all_gather(x, Strategy::padded).local_shape() == Shape{5, 10});
+    CHECK(eager::all_gather(x, Strategy::padded).local_shape() == Shape{5, 10});
     return;
   }
   const std::string mismatch = "the ranks are not making the same call";
@@ -290,44 +290,44 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   SUBCASE("all_gather: padded on rank 0, per_root on the others") {
     const Strategy s = r == 0 ? Strategy::padded : Strategy::per_root;
     // Each rank describes its own call, strategy included.
-    CHECK_BAD_INPUT(((void)all_gather(x, s)), "shardex::all_gather", rank_str(r), global, mismatch,
+    CHECK_BAD_INPUT(((void)eager::all_gather(x, s)), "shardex::all_gather", rank_str(r), global, mismatch,
                     std::string("strategy ") + strategy_name(s));
   }
   SUBCASE("reduce_scatter: v_collective on the last rank, per_root on the others") {
     const Strategy s = r == n - 1 ? Strategy::v_collective : Strategy::per_root;
-    CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), ls, s)),
+    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), ls, s)),
                     "shardex::reduce_scatter", rank_str(r), global, mismatch, std::string("strategy ") + strategy_name(s));
   }
   SUBCASE("all_reduce of different global shapes") {
     const Shape shape{5, r == 0 ? 11 : 10};
-    CHECK_BAD_INPUT(((void)all_reduce(Tensor<double, Partial>::ones(comm, shape))), "shardex::all_reduce", rank_str(r),
+    CHECK_BAD_INPUT(((void)eager::all_reduce(Tensor<double, Partial>::ones(comm, shape))), "shardex::all_reduce", rank_str(r),
                     shape.str(), mismatch);
   }
   SUBCASE("all_gather of different global shapes") {
     const std::int64_t rows = r == 1 ? 6 : 5;
     const auto y = Tensor<float, Sharded<1>>::ones(comm, {rows, total}, layout_mapping<Sharded<1>>(ls));
-    CHECK_BAD_INPUT(((void)all_gather(y)), "shardex::all_gather", rank_str(r), "(" + std::to_string(rows) + ", ", mismatch);
+    CHECK_BAD_INPUT(((void)eager::all_gather(y)), "shardex::all_gather", rank_str(r), "(" + std::to_string(rows) + ", ", mismatch);
   }
   SUBCASE("all_reduce of different dtypes") {
     if (r == 0) {
-      CHECK_BAD_INPUT(((void)all_reduce(Tensor<float, Partial>::ones(comm, {4}))), "shardex::all_reduce", rank_str(r), "float32",
+      CHECK_BAD_INPUT(((void)eager::all_reduce(Tensor<float, Partial>::ones(comm, {4}))), "shardex::all_reduce", rank_str(r), "float32",
                       mismatch);
     } else {
-      CHECK_BAD_INPUT(((void)all_reduce(Tensor<double, Partial>::ones(comm, {4}))), "shardex::all_reduce", rank_str(r), "float64",
+      CHECK_BAD_INPUT(((void)eager::all_reduce(Tensor<double, Partial>::ones(comm, {4}))), "shardex::all_reduce", rank_str(r), "float64",
                       mismatch);
     }
   }
   SUBCASE("different operations: all_gather on rank 0, all_to_all on the others") {
     if (r == 0) {
-      CHECK_BAD_INPUT(((void)all_gather(x)), "shardex::all_gather", rank_str(r), global, mismatch);
+      CHECK_BAD_INPUT(((void)eager::all_gather(x)), "shardex::all_gather", rank_str(r), global, mismatch);
     } else {
-      CHECK_BAD_INPUT(((void)all_to_all<Sharded<0>>(x, all_on_last(n, 5))), "shardex::all_to_all", rank_str(r), global, mismatch);
+      CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<0>>(x, all_on_last(n, 5))), "shardex::all_to_all", rank_str(r), global, mismatch);
     }
   }
   SUBCASE("reduce_scatter to lengths that differ across ranks") {
     std::vector<std::int64_t> mine = ls;
     if (r == 1) std::reverse(mine.begin(), mine.end());
-    CHECK_BAD_INPUT(((void)reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), mine)),
+    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), mine)),
                     "shardex::reduce_scatter", rank_str(r), global, mismatch);
   }
   SUBCASE("all_gather of a tensor whose lengths differ across ranks") {
@@ -335,7 +335,7 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
     std::vector<std::int64_t> mine = ls;
     if (r == 0) std::reverse(mine.begin(), mine.end());
     const auto y = Tensor<float, Sharded<1>>::ones(comm, {5, total}, layout_mapping<Sharded<1>>(mine));
-    CHECK_BAD_INPUT(((void)all_gather(y)), "shardex::all_gather", rank_str(r), global, mismatch);
+    CHECK_BAD_INPUT(((void)eager::all_gather(y)), "shardex::all_gather", rank_str(r), global, mismatch);
   }
   SUBCASE("from_local with lengths that differ across ranks") {
     // Rank 0 believes the lengths are [2, 1, 3, ...], the others [1, 2, 3, ...]:
@@ -350,14 +350,14 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   SUBCASE("a strategy that does not apply, on one rank only") {
     // per_root has no all_to_all lowering: rank 0's input is bad, the others' fine.
     const Strategy s = r == 0 ? Strategy::per_root : Strategy::automatic;
-    CHECK_BAD_INPUT(((void)all_to_all<Sharded<0>>(x, all_on_last(n, 5), s)), "all_to_all", "on " + rank_str(0),
+    CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<0>>(x, all_on_last(n, 5), s)), "all_to_all", "on " + rank_str(0),
                     "strategy per_root does not apply");
   }
   SUBCASE("bad lengths on one rank only") {
     std::vector<std::int64_t> mine = ls;
     if (r == n - 1) mine.back() += 1;  // sums to total + 1 on the last rank
     const std::string msg = message_of(
-        [&] { (void)reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), mine); });
+        [&] { (void)eager::reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), mine); });
     CHECK(msg.find("shardex::reduce_scatter on " + rank_str(n - 1)) != std::string::npos);
     CHECK(msg.find("but the global extent of dim 1 is " + std::to_string(total)) != std::string::npos);
     CHECK(msg.find(global) != std::string::npos);

@@ -7,8 +7,8 @@
 // the values are multiples of 1/8 below 128 in magnitude, so the sums of a few
 // of them are exact in float as in double.
 //
-// The entries: all_gather (into R and I), reduce_scatter, all_reduce (R and
-// I), dynamic_slice (from R and I), zero_pad, all_to_all (every pair C != S
+// The entries: all_gather (into R and I), reduce_scatter, eager::all_reduce (R and
+// I), dynamic_slice (from R and I), zero_pad, eager::all_to_all (every pair C != S
 // of dims 0-2, and 4-d), replicate, reshard (S(d)[a] -> S(d)[b]) and the
 // identities; each with every strategy it has, and the ones it has not refused.
 //
@@ -137,18 +137,18 @@ Lens lens_of(const layout_mapping<L>& m) {
 // The public calls, with static or run-time lengths as the layout wants.
 template <ShardedLayout To, class X>
 auto call_reduce_scatter(const X& x, const Lens& ls, Strategy s) {
-  if constexpr (To::has_static_lengths) return reduce_scatter<To>(x, s);
-  else return reduce_scatter<To>(x, ls, s);
+  if constexpr (To::has_static_lengths) return eager::reduce_scatter<To>(x, s);
+  else return eager::reduce_scatter<To>(x, ls, s);
 }
 template <ShardedLayout To, class X>
 auto call_dynamic_slice(const X& x, const Lens& ls) {
-  if constexpr (To::has_static_lengths) return dynamic_slice<To>(x);
-  else return dynamic_slice<To>(x, ls);
+  if constexpr (To::has_static_lengths) return eager::dynamic_slice<To>(x);
+  else return eager::dynamic_slice<To>(x, ls);
 }
 template <ShardedLayout To, class X>
 auto call_all_to_all(const X& x, const Lens& ls, Strategy s) {
-  if constexpr (To::has_static_lengths) return all_to_all<To>(x, s);
-  else return all_to_all<To>(x, ls, s);
+  if constexpr (To::has_static_lengths) return eager::all_to_all<To>(x, s);
+  else return eager::all_to_all<To>(x, ls, s);
 }
 
 /// `lengths<...>` in reverse order.
@@ -233,10 +233,10 @@ template <class T, class S>
   const auto f = [seed](Index i) { return value(seed, i); };
   auto x = Tensor<T, S>::from_function(comm, g, f, mapping_of<S>(ls));
   check_part(x, {g, D, ls}, f, "input (from_function)");
-  auto r = all_gather(x, s);
+  auto r = eager::all_gather(x, s);
   static_assert(std::same_as<decltype(r), Tensor<T, Replicated>>);
   check_part(r, {g, -1, {}}, f, "all_gather -> R");
-  auto i = all_gather<Invariant>(x, s);
+  auto i = eager::all_gather<Invariant>(x, s);
   static_assert(std::same_as<decltype(i), Tensor<T, Invariant>>);
   check_part(i, {g, -1, {}}, f, "all_gather -> I");
   check_part(x, {g, D, ls}, f, "input after the gathers (unchanged)");
@@ -260,7 +260,7 @@ template <class T, class S>
   static_assert(std::same_as<decltype(y), Tensor<T, S>>);
   check_part(y, {g, D, ls}, total, "reduce_scatter -> S");
   CHECK(lens_of(y.mapping()) == ls);
-  check_part(x, {g, -1, {}}, mine, "input after reduce_scatter (unchanged)");
+  check_part(x, {g, -1, {}}, mine, "input after eager::reduce_scatter (unchanged)");
 }
 
 /// R -> S(D), I -> S(D) (dynamic_slice) and S(D) -> P (zero_pad).
@@ -285,7 +285,7 @@ template <class T, class S>
   for (int q = 0; q < me; ++q) lo += ls[static_cast<std::size_t>(q)];
   const std::int64_t hi = lo + ls[static_cast<std::size_t>(me)];
   auto x = Tensor<T, S>::from_function(comm, g, f, mapping_of<S>(ls));
-  auto p = zero_pad(x);
+  auto p = eager::zero_pad(x);
   static_assert(std::same_as<decltype(p), Tensor<T, Partial>>);
   check_part(p, {g, -1, {}}, [&](Index i) { return i[D] >= lo && i[D] < hi ? f(i) : 0.0; }, "zero_pad S -> P");
 }
@@ -302,7 +302,7 @@ template <class T, class SC, class SS>
   static_assert(std::same_as<decltype(y), Tensor<T, SS>>);
   check_part(y, {g, SS::dim, ls}, f, "all_to_all");
   CHECK(lens_of(y.mapping()) == ls);
-  check_part(x, {g, SC::dim, lc}, f, "input after all_to_all (unchanged)");
+  check_part(x, {g, SC::dim, lc}, f, "input after eager::all_to_all (unchanged)");
 }
 
 /// Runs `body(T, D, ndim)` for each type, sharded dim 0..2 and tensor rank
@@ -375,13 +375,13 @@ TEST_CASE("all_reduce into R and I, of 0-d to 3-d tensors, float and double") {
           return acc;
         };
         auto x = Tensor<T, Partial>::from_function(comm, g, mine);
-        auto r = all_reduce(x);
+        auto r = eager::all_reduce(x);
         static_assert(std::same_as<decltype(r), Tensor<T, Replicated>>);
         check_part(r, {g, -1, {}}, total, "all_reduce -> R");
-        auto i = all_reduce<Invariant>(x);
+        auto i = eager::all_reduce<Invariant>(x);
         static_assert(std::same_as<decltype(i), Tensor<T, Invariant>>);
         check_part(i, {g, -1, {}}, total, "all_reduce -> I");
-        check_part(x, {g, -1, {}}, mine, "input after all_reduce (unchanged)");
+        check_part(x, {g, -1, {}}, mine, "input after eager::all_reduce (unchanged)");
         if (g.numel() > 0) CHECK(r.data() != x.data());  // a new tensor, not the input overwritten
       }
   });
@@ -414,7 +414,7 @@ TEST_CASE("replicate: I -> R moves nothing and keeps every element") {
       const auto f = [seed](Index i) { return value(seed, i); };
       INFO("replicate ", dtype_name<T>(), " global ", g.str());
       auto x = Tensor<T, Invariant>::from_function(comm, g, f);
-      auto y = replicate(x);
+      auto y = eager::replicate(x);
       static_assert(std::same_as<decltype(y), Tensor<T, Replicated>>);
       check_part(y, {g, -1, {}}, f, "replicate -> R");
       CHECK(y.data() == x.data());  // "nothing moves": the same storage
@@ -485,7 +485,7 @@ TEST_CASE("all_to_all: the reference module's cases (exactly at 4 ranks, their p
         check_all_to_all<T, C, S0>({10, 10}, zc, zs, s, 13);
         // ones, as in the reference: local shapes (10, 0|2|0|8) -> (5|0|5|0, 10), each rank's sum 10 x its rows
         auto p = Tensor<T, C>::ones(comm, {10, 10});
-        auto y = all_to_all<S0>(p, s);
+        auto y = eager::all_to_all<S0>(p, s);
         const std::int64_t in_cols[] = {0, 2, 0, 8}, out_rows[] = {5, 0, 5, 0};
         CHECK(p.local_shape() == Shape{10, in_cols[me]});
         CHECK(y.local_shape() == Shape{out_rows[me], 10});
@@ -644,11 +644,11 @@ TEST_CASE("a strategy an operation does not have is refused on every rank, namin
   auto rng = test::shared_rng(1101);
   const Lens ls = test::random_lengths(rng, n, 2 * n + 1);
   auto x = Tensor<float, Sharded<0>>::ones(comm, {sum_of(ls), 3}, layout_mapping<Sharded<0>>(ls));
-  CHECK_THROWS_WITH_AS(all_to_all<Sharded<1>>(x, test::random_lengths(rng, n, 3), Strategy::per_root),
+  CHECK_THROWS_WITH_AS(eager::all_to_all<Sharded<1>>(x, test::random_lengths(rng, n, 3), Strategy::per_root),
                        doctest::Contains("strategy per_root does not apply"), invalid_argument);
-  CHECK_THROWS_WITH_AS(all_gather(x, Strategy::send_recv), doctest::Contains("strategy send_recv does not apply"), invalid_argument);
+  CHECK_THROWS_WITH_AS(eager::all_gather(x, Strategy::send_recv), doctest::Contains("strategy send_recv does not apply"), invalid_argument);
   auto p = Tensor<float, Partial>::ones(comm, {sum_of(ls), 3});
-  CHECK_THROWS_WITH_AS(reduce_scatter<Sharded<0>>(p, ls, Strategy::send_recv), doctest::Contains("send_recv"), invalid_argument);
+  CHECK_THROWS_WITH_AS(eager::reduce_scatter<Sharded<0>>(p, ls, Strategy::send_recv), doctest::Contains("send_recv"), invalid_argument);
   if (n > 1) {  // reshard (lengths that differ: equal ones resolve no strategy, nothing moves)
     Lens a(static_cast<std::size_t>(n), 0), b(static_cast<std::size_t>(n), 0);
     a.front() = 5;
@@ -660,5 +660,5 @@ TEST_CASE("a strategy an operation does not have is refused on every rank, namin
                          doctest::Contains("strategy padded does not apply"), invalid_argument);
   }
   // ... and the ranks are still in step: a collective afterwards works.
-  check_part(all_gather(x), {Shape{sum_of(ls), 3}, -1, {}}, [](Index) { return 1.0; }, "all_gather after the refusals");
+  check_part(eager::all_gather(x), {Shape{sum_of(ls), 3}, -1, {}}, [](Index) { return 1.0; }, "all_gather after the refusals");
 }

@@ -161,14 +161,14 @@ template <LayoutTag From, LayoutTag To>
   // ---- autodiff: loss = sum(T(x)), backward, with w = 1 ----
   auto xd = x.clone();
   xd.requires_grad();
-  const auto loss = sum(transit<To>(xd, mt, s));
+  const auto loss = eager::sum(transit<To>(xd, mt, s));
   backward(loss);
   const auto ones = Tensor<X, dual_t<To>>::ones(comm, g, dual_mapping<To>(mt));
   const Tensor<X, dual_t<From>> t_ones = adjoint::apply(ones, dual_mapping<From>(mf), s);
   CHECK(xd.has_grad());
   if (xd.has_grad()) {
     static_assert(std::same_as<std::remove_cvref_t<decltype(xd.grad())>, Tensor<X, dual_t<From>>>);
-    check_same(xd.grad(), t_ones, "the autodiff gradient of sum(T(x)) against T*(ones)");
+    check_same(xd.grad(), t_ones, "the autodiff gradient of eager::sum(T(x)) against T*(ones)");
   }
   // The loss's layout: Partial for a sharded T(x), else T(x)'s own; an
   // Invariant loss counts once. Pairing it with the seed 1 gives the objective.

@@ -52,18 +52,18 @@ struct Sh {
 // The reference's operations, for static and run-time lengths alike.
 template <class To, class X>
 auto reduce_scatter_to(const X& x, Strategy s) {
-  if constexpr (To::layout::has_static_lengths) return reduce_scatter<typename To::layout>(x, s);
-  else return reduce_scatter<typename To::layout>(x, To::lens(), s);
+  if constexpr (To::layout::has_static_lengths) return eager::reduce_scatter<typename To::layout>(x, s);
+  else return eager::reduce_scatter<typename To::layout>(x, To::lens(), s);
 }
 template <class To, class X>
 auto dynamic_slice_to(const X& x) {
-  if constexpr (To::layout::has_static_lengths) return dynamic_slice<typename To::layout>(x);
-  else return dynamic_slice<typename To::layout>(x, To::lens());
+  if constexpr (To::layout::has_static_lengths) return eager::dynamic_slice<typename To::layout>(x);
+  else return eager::dynamic_slice<typename To::layout>(x, To::lens());
 }
 template <class To, class X>
 auto all_to_all_to(const X& x, Strategy s) {
-  if constexpr (To::layout::has_static_lengths) return all_to_all<typename To::layout>(x, s);
-  else return all_to_all<typename To::layout>(x, To::lens(), s);
+  if constexpr (To::layout::has_static_lengths) return eager::all_to_all<typename To::layout>(x, s);
+  else return eager::all_to_all<typename To::layout>(x, To::lens(), s);
 }
 
 /// Local elements (i, j) of a 2-d tensor that differ from want * expected(i, j),
@@ -140,9 +140,9 @@ TEST_CASE_TEMPLATE("reference: all_gather and all_gather_by_group_call", C, SHAR
     auto p = Tensor<T, typename S1::layout>::ones(comm, {5, 10}, S1::mapping()).requires_grad();
     CHECK(p.local_shape() == Shape{5, r + 1});
     const auto forward = [s](const auto& x) {
-      auto y = all_gather(x, s);
+      auto y = eager::all_gather(x, s);
       static_assert(std::same_as<decltype(y), Tensor<T, Replicated>>);
-      return sum(y) / T(4);
+      return eager::scale(eager::sum(y), 0.25);
     };
     static_assert(std::same_as<decltype(forward(p)), Tensor<T, Replicated>>);
     static_assert(std::same_as<std::remove_cvref_t<decltype(p.grad())>, Tensor<T, typename S1::layout>>);
@@ -160,9 +160,9 @@ TEST_CASE_TEMPLATE("reference: all_reduce", C, SHARDEX_REFERENCE_CONFIGS) {
   // self.p = ones(5, 4) * rank; all_reduce(self.p).sum() / 4
   auto p = Tensor<T, Partial>::full(comm, {5, 4}, T(r)).requires_grad();
   const auto forward = [](const auto& x) {
-    auto y = all_reduce(x);
+    auto y = eager::all_reduce(x);
     static_assert(std::same_as<decltype(y), Tensor<T, Replicated>>);
-    return sum(y) / T(4);
+    return eager::scale(eager::sum(y), 0.25);
   };
   static_assert(std::same_as<decltype(forward(p)), Tensor<T, Replicated>>);
   static_assert(std::same_as<std::remove_cvref_t<decltype(p.grad())>, Tensor<T, Replicated>>);
@@ -183,7 +183,7 @@ TEST_CASE_TEMPLATE("reference: reduce_scatter and reduce_scatter_by_group_call",
     const auto forward = [s](const auto& x) {
       auto y = reduce_scatter_to<S1>(x, s);
       static_assert(std::same_as<decltype(y), Tensor<T, typename S1::layout>>);
-      return sum(y);
+      return eager::sum(y);
     };
     static_assert(std::same_as<decltype(forward(p)), Tensor<T, Partial>>);
     static_assert(std::same_as<std::remove_cvref_t<decltype(p.grad())>, Tensor<T, Replicated>>);
@@ -203,7 +203,7 @@ TEST_CASE_TEMPLATE("reference: dynamic_slice", C, SHARDEX_REFERENCE_CONFIGS) {
   const auto forward = [](const auto& x) {
     auto y = dynamic_slice_to<S1>(x);
     static_assert(std::same_as<decltype(y), Tensor<T, typename S1::layout>>);
-    return sum(y);
+    return eager::sum(y);
   };
   static_assert(std::same_as<decltype(forward(p)), Tensor<T, Partial>>);
   static_assert(std::same_as<std::remove_cvref_t<decltype(p.grad())>, Tensor<T, Partial>>);
@@ -237,7 +237,7 @@ TEST_CASE_TEMPLATE("reference: all_to_all", C, SHARDEX_REFERENCE_CONFIGS) {
     const auto forward = [s](const auto& x) {
       auto y = all_to_all_to<S0>(x, s);
       static_assert(std::same_as<decltype(y), Tensor<T, typename S0::layout>>);
-      return sum(y);
+      return eager::sum(y);
     };
     static_assert(std::same_as<decltype(forward(p)), Tensor<T, Partial>>);
     static_assert(std::same_as<std::remove_cvref_t<decltype(p.grad())>, Tensor<T, typename S1::layout>>);
@@ -271,7 +271,7 @@ TEST_CASE_TEMPLATE("reference: all_to_all with zero lengths", C, SHARDEX_REFEREN
     for (auto v : result.local()) not_one += v != T(1);
     CHECK(not_one == 0);
     // Backward too: the ranks holding nothing get empty gradients, the others ones.
-    const auto forward = [s](const auto& x) { return sum(all_to_all_to<Split>(x, s)); };
+    const auto forward = [s](const auto& x) { return eager::sum(all_to_all_to<Split>(x, s)); };
     static_assert(std::same_as<std::remove_cvref_t<decltype(p.grad())>, Tensor<T, typename Cat::layout>>);
     check_case(p, forward, 10.0 * static_cast<double>(split_len[ur]), ones_everywhere);
     CHECK(p.grad().size() == 10 * cat_len[ur]);
@@ -286,9 +286,9 @@ TEST_CASE_TEMPLATE("reference: replicate of an Invariant parameter", C, SHARDEX_
   // self.p = ones(5, 5); replicate(self.p).sum() / 4
   auto p = Tensor<T, Invariant>::ones(comm, {5, 5}).requires_grad();
   const auto forward = [](const auto& x) {
-    auto y = replicate(x);
+    auto y = eager::replicate(x);
     static_assert(std::same_as<decltype(y), Tensor<T, Replicated>>);
-    return sum(y) / T(4);
+    return eager::scale(eager::sum(y), 0.25);
   };
   static_assert(std::same_as<decltype(forward(p)), Tensor<T, Replicated>>);
   static_assert(std::same_as<std::remove_cvref_t<decltype(p.grad())>, Tensor<T, Invariant>>);

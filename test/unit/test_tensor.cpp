@@ -123,16 +123,16 @@ static_assert(std::same_as<sum_layout_t<Replicated>, Replicated>);
 static_assert(std::same_as<sum_layout_t<Partial>, Partial>);
 static_assert(std::same_as<sum_layout_t<S1s>, Partial>);
 static_assert(std::same_as<sum_layout_t<Sharded<0>>, Partial>);
-static_assert(std::same_as<decltype(sum(std::declval<Tensor<float, S1s>>())), Tensor<float, Partial>>);
-static_assert(std::same_as<decltype(sum(std::declval<Tensor<double, Sharded<2>>>())), Tensor<double, Partial>>);
-static_assert(std::same_as<decltype(sum(std::declval<Tensor<float, Replicated>>())), Tensor<float, Replicated>>);
-static_assert(std::same_as<decltype(sum(std::declval<Tensor<float, Invariant>>())), Tensor<float, Invariant>>);
-static_assert(std::same_as<decltype(sum(std::declval<Tensor<float, Partial>>())), Tensor<float, Partial>>);
+static_assert(std::same_as<decltype(eager::sum(std::declval<Tensor<float, S1s>>())), Tensor<float, Partial>>);
+static_assert(std::same_as<decltype(eager::sum(std::declval<Tensor<double, Sharded<2>>>())), Tensor<double, Partial>>);
+static_assert(std::same_as<decltype(eager::sum(std::declval<Tensor<float, Replicated>>())), Tensor<float, Replicated>>);
+static_assert(std::same_as<decltype(eager::sum(std::declval<Tensor<float, Invariant>>())), Tensor<float, Invariant>>);
+static_assert(std::same_as<decltype(eager::sum(std::declval<Tensor<float, Partial>>())), Tensor<float, Partial>>);
 // Scaling is linear: it keeps every layout, static lengths included.
-static_assert(std::same_as<decltype(std::declval<Tensor<float, S1s>>() * 3.0f), Tensor<float, S1s>>);
-static_assert(std::same_as<decltype(2.0 * std::declval<Tensor<double, Partial>>()), Tensor<double, Partial>>);
-static_assert(std::same_as<decltype(std::declval<Tensor<float, Replicated>>() / 4.0f), Tensor<float, Replicated>>);
-static_assert(std::same_as<decltype(scale(std::declval<Tensor<float, Invariant>>(), 2.0f)), Tensor<float, Invariant>>);
+static_assert(std::same_as<eval_t<decltype(std::declval<Tensor<float, S1s>>() * 3.0f)>, Tensor<float, S1s>>);
+static_assert(std::same_as<eval_t<decltype(2.0 * std::declval<Tensor<double, Partial>>())>, Tensor<double, Partial>>);
+static_assert(std::same_as<eval_t<decltype(std::declval<Tensor<float, Replicated>>() / 4.0f)>, Tensor<float, Replicated>>);
+static_assert(std::same_as<decltype(eager::scale(std::declval<Tensor<float, Invariant>>(), 2.0f)), Tensor<float, Invariant>>);
 // Gradients take the dual layout.
 static_assert(std::same_as<Tensor<float, Replicated>::grad_type, Tensor<float, Partial>>);
 static_assert(std::same_as<Tensor<float, Partial>::grad_type, Tensor<float, Replicated>>);
@@ -275,7 +275,7 @@ TEST_CASE("zero-length local parts") {
   auto e = Tensor<double, Sharded<1>>::zeros(comm, {4, 0}, layout_mapping<Sharded<1>>(std::vector<std::int64_t>(static_cast<std::size_t>(n), 0)));
   CHECK(e.size() == 0);
   CHECK(e.local_shape() == Shape{4, 0});
-  CHECK(sum(e)() == 0.0);
+  CHECK(eager::sum(e)() == 0.0);
   CHECK(e.clone().size() == 0);
 }
 
@@ -415,7 +415,7 @@ TEST_CASE("format_local prints the local part with nested brackets") {
 
 // ---- autodiff basics -----------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("sum(x * 3): the loss and a gradient of 3 in the dual layout, for every layout", T, float, double) {
+TEST_CASE_TEMPLATE("eager::sum(x * 3): the loss and a gradient of 3 in the dual layout, for every layout", T, float, double) {
   const auto& comm = world();
   const int n = comm.size(), r = comm.rank();
   const auto ls = uneven(n);
@@ -423,7 +423,7 @@ TEST_CASE_TEMPLATE("sum(x * 3): the loss and a gradient of 3 in the dual layout,
 
   SUBCASE("Sharded: loss Partial, gradient Sharded") {
     auto x = Tensor<T, Sharded<0>>::ones(comm, {sum_of(ls), 2}, layout_mapping<Sharded<0>>(ls)).requires_grad();
-    auto loss = sum(x * T(3));
+    auto loss = eager::sum(x * T(3));
     static_assert(std::same_as<decltype(loss), Tensor<T, Partial>>);
     static_assert(std::same_as<std::remove_cvref_t<decltype(x.grad())>, Tensor<T, Sharded<0>>>);
     CHECK(loss() == T(3 * 2 * mine));
@@ -435,7 +435,7 @@ TEST_CASE_TEMPLATE("sum(x * 3): the loss and a gradient of 3 in the dual layout,
   }
   SUBCASE("Replicated: loss Replicated, gradient Partial") {
     auto x = Tensor<T, Replicated>::full(comm, {2, 3}, T(2)).requires_grad();
-    auto loss = sum(T(3) * x);
+    auto loss = eager::sum(T(3) * x);
     static_assert(std::same_as<decltype(loss), Tensor<T, Replicated>>);
     static_assert(std::same_as<std::remove_cvref_t<decltype(x.grad())>, Tensor<T, Partial>>);
     CHECK(loss() == T(36));
@@ -445,7 +445,7 @@ TEST_CASE_TEMPLATE("sum(x * 3): the loss and a gradient of 3 in the dual layout,
   }
   SUBCASE("Partial: loss Partial, gradient Replicated") {
     auto x = Tensor<T, Partial>::full(comm, {4}, T(r)).requires_grad();
-    auto loss = sum(x * T(3));
+    auto loss = eager::sum(x * T(3));
     static_assert(std::same_as<decltype(loss), Tensor<T, Partial>>);
     static_assert(std::same_as<std::remove_cvref_t<decltype(x.grad())>, Tensor<T, Replicated>>);
     CHECK(loss() == T(12 * r));
@@ -454,7 +454,7 @@ TEST_CASE_TEMPLATE("sum(x * 3): the loss and a gradient of 3 in the dual layout,
   }
   SUBCASE("Invariant: loss Invariant, gradient Invariant") {
     auto x = Tensor<T, Invariant>::ones(comm, {3}).requires_grad();
-    auto loss = sum(x * T(3));
+    auto loss = eager::sum(x * T(3));
     static_assert(std::same_as<decltype(loss), Tensor<T, Invariant>>);
     static_assert(std::same_as<std::remove_cvref_t<decltype(x.grad())>, Tensor<T, Invariant>>);
     CHECK(loss() == T(9));
@@ -463,7 +463,7 @@ TEST_CASE_TEMPLATE("sum(x * 3): the loss and a gradient of 3 in the dual layout,
   }
   SUBCASE("chained scales multiply, division divides") {
     auto x = Tensor<T, Replicated>::ones(comm, {5}).requires_grad();
-    auto loss = sum((x * T(3)) / T(4) * T(2));
+    auto loss = eager::sum((x * T(3)) / T(4) * T(2));
     CHECK(loss() == T(7.5));
     backward(loss);
     CHECK(count_not_equal(x.grad(), T(1.5)) == 0);
@@ -481,12 +481,12 @@ TEST_CASE("grad() before backward, and of a tensor outside the graph, throws a c
   CHECK_FALSE(plain.is_differentiable());
   CHECK_THROWS_WITH_AS((void)plain.grad(), doctest::Contains("is not differentiable; call requires_grad()"), shardex::error);
   // A loss that depends on nothing differentiable, and a loss with more than one element.
-  CHECK_THROWS_WITH_AS(backward(sum(plain)), doctest::Contains("does not depend on any tensor that requires_grad()"),
+  CHECK_THROWS_WITH_AS(backward(eager::sum(plain)), doctest::Contains("does not depend on any tensor that requires_grad()"),
                        shardex::error);
   CHECK_THROWS_WITH_AS(backward(x * 2.0f), doctest::Contains("the loss must hold one element"), invalid_argument);
   CHECK_FALSE(x.has_grad());
   // After backward the gradient is there, and zero_grad forgets it.
-  backward(sum(x));
+  backward(eager::sum(x));
   CHECK(x.has_grad());
   CHECK(count_not_equal(x.grad(), 1.0f) == 0);
   x.zero_grad();
@@ -501,17 +501,17 @@ TEST_CASE("detach() leaves the graph and keeps the data") {
   CHECK_FALSE(d.is_differentiable());
   CHECK(d.data() == x.data());  // same storage, no copy
   CHECK(x.is_differentiable());  // the original stays in the graph
-  auto y = x * 4.0;
+  auto y = eager::scale(x, 4.0);
   CHECK(y.is_differentiable());
   auto yd = y.detach();
   CHECK_FALSE(yd.is_differentiable());
-  CHECK(sum(yd)() == 24.0);
+  CHECK(eager::sum(yd)() == 24.0);
   // A loss through the detached tensor does not reach x.
-  CHECK_FALSE(sum(yd * 2.0).is_differentiable());
-  CHECK_THROWS_AS(backward(sum(yd * 2.0)), shardex::error);
+  CHECK_FALSE(eager::sum(yd * 2.0).is_differentiable());
+  CHECK_THROWS_AS(backward(eager::sum(yd * 2.0)), shardex::error);
   CHECK_FALSE(x.has_grad());
   // Mixing a detached path and a live one: only the live one contributes.
-  backward(add_scalars(sum(yd * 5.0), sum(x * 7.0)));
+  backward(add_scalars(eager::sum(yd * 5.0), eager::sum(x * 7.0)));
   CHECK(count_not_equal(x.grad(), 7.0) == 0);
 }
 
@@ -520,21 +520,21 @@ TEST_CASE_TEMPLATE("a tensor used twice accumulates both contributions", T, floa
   const auto ls = uneven(comm.size());
   SUBCASE("a leaf reached along two paths") {
     auto x = Tensor<T, Sharded<0>>::ones(comm, {sum_of(ls)}, layout_mapping<Sharded<0>>(ls)).requires_grad();
-    auto loss = add_scalars(sum(x * T(2)), sum(x * T(3)));
+    auto loss = add_scalars(eager::sum(x * T(2)), eager::sum(x * T(3)));
     backward(loss);
     CHECK(count_not_equal(x.grad(), T(5)) == 0);
   }
   SUBCASE("an intermediate reached along two paths") {
     auto x = Tensor<T, Replicated>::ones(comm, {2, 2}).requires_grad();
     auto y = x * T(10);  // its gradient is 2 + 3 before it flows to x
-    auto loss = add_scalars(sum(y * T(2)), sum(y * T(3)));
+    auto loss = add_scalars(eager::sum(y * T(2)), eager::sum(y * T(3)));
     CHECK(loss() == T(200));
     backward(loss);
     CHECK(count_not_equal(x.grad(), T(50)) == 0);
   }
   SUBCASE("the same tensor twice in one call") {
     auto x = Tensor<T, Invariant>::full(comm, {3}, T(1)).requires_grad();
-    auto s = sum(x);
+    auto s = eager::sum(x);
     backward(add_scalars(s, s));
     CHECK(count_not_equal(x.grad(), T(2)) == 0);
   }
@@ -543,8 +543,8 @@ TEST_CASE_TEMPLATE("a tensor used twice accumulates both contributions", T, floa
     // tensor; `a` then gets a second contribution, which must not change the
     // gradient that `a + b` passes on to b.
     auto x = Tensor<T, Replicated>::ones(comm, {3}).requires_grad();
-    auto a = sum(x);
-    auto b = sum(x * T(5));
+    auto a = eager::sum(x);
+    auto b = eager::sum(x * T(5));
     auto loss = add_scalars(add_scalars(a, b), a);
     CHECK(loss() == T(21));
     backward(loss);
@@ -552,11 +552,11 @@ TEST_CASE_TEMPLATE("a tensor used twice accumulates both contributions", T, floa
   }
   SUBCASE("two backward passes add up on the leaf") {
     auto x = Tensor<T, Partial>::ones(comm, {4}).requires_grad();
-    backward(sum(x * T(2)));
-    backward(sum(x * T(3)));
+    backward(eager::sum(x * T(2)));
+    backward(eager::sum(x * T(3)));
     CHECK(count_not_equal(x.grad(), T(5)) == 0);
     x.zero_grad();
-    backward(sum(x * T(4)));
+    backward(eager::sum(x * T(4)));
     CHECK(count_not_equal(x.grad(), T(4)) == 0);
   }
 }

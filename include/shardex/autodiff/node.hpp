@@ -4,7 +4,7 @@
 /// at the nodes of its inputs; `TensorNode` holds the gradient (in the dual
 /// layout) and the rule that pushes it to the inputs. Each rule is recorded by
 /// the operation that made the tensor (transition/differentiable.hpp for the
-/// transitions, ops/ for local math), so nobody writes a backward by hand at
+/// transitions, expr/ for local math), so nobody writes a backward by hand at
 /// the call site.
 
 #include <functional>

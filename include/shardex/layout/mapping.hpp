@@ -42,27 +42,36 @@ private:
   std::vector<std::int64_t> lengths_;
 };
 
-/// Check a sharded mapping against a world size and a global shape; throws
-/// `invalid_argument` naming `op`, the rank and the shapes. Every rank sees the
-/// same lengths, world size and global shape, so every rank throws together.
+/// What is wrong with a sharded mapping for a world size and a global shape,
+/// or an empty string. Every rank sees the same lengths, world size and global
+/// shape, so every rank finds the same problem.
 template <ShardedLayout L>
-void check_mapping(const layout_mapping<L>& m, const Shape& global, int world_size, int rank, const char* op) {
+std::string mapping_problem(const layout_mapping<L>& m, const Shape& global, int world_size) {
   const auto ls = m.lengths();
-  const std::string where = std::string(op) + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
-                            " with layout " + layout_name<L>() + ", lengths " + to_string(ls) + ", global shape " + global.str();
   if (static_cast<int>(ls.size()) != world_size)
-    throw invalid_argument(where + ": the lengths list has " + std::to_string(ls.size()) +
-                           " entries but the communicator has " + std::to_string(world_size) + " ranks; give one length per rank");
+    return "the lengths list has " + std::to_string(ls.size()) + " entries but the communicator has " +
+           std::to_string(world_size) + " ranks; give one length per rank";
   for (std::size_t r = 0; r < ls.size(); ++r)
-    if (ls[r] < 0) throw invalid_argument(where + ": length of rank " + std::to_string(r) + " is negative");
+    if (ls[r] < 0) return "length of rank " + std::to_string(r) + " is negative";
   if (L::dim >= global.rank())
-    throw invalid_argument(where + ": sharded dim " + std::to_string(L::dim) + " is out of range for a " +
-                           std::to_string(global.rank()) + "-d tensor");
+    return "sharded dim " + std::to_string(L::dim) + " is out of range for a " + std::to_string(global.rank()) + "-d tensor";
   std::int64_t sum = 0;
   for (auto l : ls) sum += l;
   if (sum != global[L::dim])
-    throw invalid_argument(where + ": the lengths sum to " + std::to_string(sum) + " but the global extent of dim " +
-                           std::to_string(L::dim) + " is " + std::to_string(global[L::dim]));
+    return "the lengths sum to " + std::to_string(sum) + " but the global extent of dim " + std::to_string(L::dim) + " is " +
+           std::to_string(global[L::dim]);
+  return {};
+}
+
+/// Throws `invalid_argument` naming `op`, the rank, the layout, the lengths
+/// and the global shape if `mapping_problem` finds one.
+template <ShardedLayout L>
+void check_mapping(const layout_mapping<L>& m, const Shape& global, int world_size, int rank, const char* op) {
+  const std::string problem = mapping_problem<L>(m, global, world_size);
+  if (!problem.empty())
+    throw invalid_argument(std::string(op) + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                           " with layout " + layout_name<L>() + ", lengths " + to_string(m.lengths()) + ", global shape " +
+                           global.str() + ": " + problem);
 }
 
 /// The shape rank r holds of a tensor with global shape `global` and layout L.

@@ -50,12 +50,15 @@ Strategy prepare(const char* name, bool communicates, const X& x, const layout_m
   const std::string call = describe_call<To>(name, x, to);
   std::string err;
   Strategy resolved = Strategy::automatic;
-  try {
-    if constexpr (is_sharded_v<To>) check_mapping<To>(to, x.shape(), x.world_size(), x.rank(), name);
-    if (op) resolved = resolve_strategy(s, *op, lens, row_bytes, X::communicator_type::has_v_collectives);
-  } catch (const invalid_argument& e) {
-    err = call + ": " + e.what();
+  if constexpr (is_sharded_v<To>) err = mapping_problem<To>(to, x.shape(), x.world_size());
+  if (err.empty() && op) {
+    try {
+      resolved = resolve_strategy(s, *op, lens, row_bytes, X::communicator_type::has_v_collectives);
+    } catch (const invalid_argument& e) {
+      err = e.what();
+    }
   }
+  if (!err.empty()) err = call + ": " + err;
   if (!communicates) {
     if (!err.empty()) throw invalid_argument(err);
     return resolved;

@@ -1,0 +1,231 @@
+#pragma once
+/// @file
+/// @brief `Elementwise<Op, Args...>`: fused element-wise expressions.
+///
+/// `gelu(a * b + c)` is one node tree; evaluating it runs one pass over the
+/// local elements with no temporaries, and records one autodiff node whose
+/// backward is one more pass (per element: the forward values, then the
+/// adjoints through the tree). Operands that are not element-wise (a matmul,
+/// a transition) are evaluated first and enter the pass as leaves.
+/// `add_bias(x, b)` is the same node with `b` broadcast along x's last dim.
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "shardex/expr/elementwise_ops.hpp"
+#include "shardex/expr/expression.hpp"
+#include "shardex/expr/rules.hpp"
+
+namespace shardex {
+
+/// Marks an operand broadcast along the last dim of the other operand (a bias).
+template <TensorExpr E>
+struct BroadcastLast {
+  using value_type = typename E::value_type;
+  using layout_type = typename E::layout_type;
+  using device_type = typename E::device_type;
+  E arg;
+  [[nodiscard]] Shape shape() const { return arg.shape(); }
+  [[nodiscard]] decltype(auto) mapping() const { return arg.mapping(); }
+  [[nodiscard]] decltype(auto) comm() const { return arg.comm(); }
+};
+
+namespace detail {
+template <class E> struct is_broadcast : std::false_type {};
+template <class E> struct is_broadcast<BroadcastLast<E>> : std::true_type {};
+
+template <class Op, class... Ls> struct elementwise_layout;
+template <class Op, class A> struct elementwise_layout<Op, A> {
+  // Only a non-linear op consults rules::nonlinear (whose static_assert forbids P).
+  using type = typename std::conditional_t<Op::linear, std::type_identity<A>, rules::nonlinear<A>>::type;
+};
+template <class A, class B> struct elementwise_layout<ops::Add, A, B> { using type = typename rules::add<A, B>::type; };
+template <class A, class B> struct elementwise_layout<ops::Sub, A, B> { using type = typename rules::add<A, B>::type; };
+template <class A, class B> struct elementwise_layout<ops::Mul, A, B> { using type = typename rules::mul<A, B>::type; };
+
+template <class Op, class... Args>
+struct elementwise_layout_of {
+  using type = typename elementwise_layout<Op, typename Args::layout_type...>::type;
+};
+// add_bias: the rule of rules::bias.
+template <class A, class B>
+struct elementwise_layout_of<ops::Add, A, BroadcastLast<B>> {
+  using type = typename rules::bias<typename A::layout_type, typename B::layout_type>::type;
+};
+}  // namespace detail
+
+template <class Op, TensorExpr... Args>
+class Elementwise {
+  using First = std::tuple_element_t<0, std::tuple<Args...>>;
+
+public:
+  using value_type = typename First::value_type;
+  using device_type = typename First::device_type;
+  using layout_type = typename detail::elementwise_layout_of<Op, Args...>::type;
+  static_assert((std::same_as<typename Args::value_type, value_type> && ...),
+                "shardex: element-wise operands must have the same element type (float or double); convert one");
+
+  Elementwise(Op op, Args... args) : op_(op), args_(std::move(args)...) {}
+
+  [[nodiscard]] Shape shape() const { return std::get<0>(args_).shape(); }
+  [[nodiscard]] decltype(auto) comm() const { return std::get<0>(args_).comm(); }
+  [[nodiscard]] layout_mapping<layout_type> mapping() const {
+    if constexpr (is_sharded_v<layout_type>) {
+      // The first sharded operand carries the lengths.
+      return std::apply([](const auto&... a) { return first_sharded_mapping(a...); }, args_);
+    } else {
+      return {};
+    }
+  }
+  [[nodiscard]] const Op& op() const noexcept { return op_; }
+  [[nodiscard]] const std::tuple<Args...>& args() const noexcept { return args_; }
+
+private:
+  template <class A, class... Rest>
+  static layout_mapping<layout_type> first_sharded_mapping(const A& a, const Rest&... rest) {
+    if constexpr (is_sharded_v<typename A::layout_type> && !detail::is_broadcast<A>::value) return a.mapping();
+    else return first_sharded_mapping(rest...);
+  }
+  static layout_mapping<layout_type> first_sharded_mapping() { return {}; }
+
+  Op op_;
+  std::tuple<Args...> args_;
+};
+
+// ---- building expressions ----------------------------------------------------
+template <TensorExpr A, TensorExpr B> auto operator+(const A& a, const B& b) { return Elementwise<ops::Add, A, B>(ops::Add{}, a, b); }
+template <TensorExpr A, TensorExpr B> auto operator-(const A& a, const B& b) { return Elementwise<ops::Sub, A, B>(ops::Sub{}, a, b); }
+template <TensorExpr A, TensorExpr B> auto operator*(const A& a, const B& b) { return Elementwise<ops::Mul, A, B>(ops::Mul{}, a, b); }
+template <TensorExpr A> auto operator-(const A& a) { return Elementwise<ops::Neg, A>(ops::Neg{}, a); }
+template <TensorExpr A> auto operator*(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
+template <TensorExpr A> auto operator*(double c, const A& a) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
+template <TensorExpr A> auto operator/(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{1.0 / c}, a); }
+template <TensorExpr A> auto scale(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
+template <TensorExpr A> auto gelu(const A& a) { return Elementwise<ops::Gelu, A>(ops::Gelu{}, a); }
+template <TensorExpr A> auto relu(const A& a) { return Elementwise<ops::Relu, A>(ops::Relu{}, a); }
+template <TensorExpr A> auto tanh(const A& a) { return Elementwise<ops::Tanh, A>(ops::Tanh{}, a); }
+template <TensorExpr A> auto exp(const A& a) { return Elementwise<ops::Exp, A>(ops::Exp{}, a); }
+/// x + b with the 1-d `b` broadcast along x's last dim (see rules::bias).
+template <TensorExpr X, TensorExpr B>
+auto add_bias(const X& x, const B& b) {
+  return Elementwise<ops::Add, X, BroadcastLast<B>>(ops::Add{}, x, BroadcastLast<B>{b});
+}
+
+// ---- evaluation ------------------------------------------------------------------
+namespace detail {
+
+/// A leaf of the fused pass: an evaluated tensor, read at i (or at i mod its
+/// size when broadcast), and the gradient buffer the backward pass fills.
+template <class T, class L, class Dev>
+struct FusedLeaf {
+  Tensor<T, L, Dev> t;
+  std::int64_t mod = 0;  // 0: read at i; else at i % mod
+  std::optional<Tensor<T, dual_t<L>, Dev>> grad;
+
+  [[nodiscard]] T value(std::int64_t i) const { return t.data()[mod ? i % mod : i]; }
+  void backprop(std::int64_t i, T g) {
+    if (grad) grad->data()[mod ? i % mod : i] += g;
+  }
+  void prepare() {
+    if (t.node()) grad = t.node()->make_full(T(0));
+  }
+  void flush() {
+    if (grad) t.node()->accumulate(*grad);
+    grad.reset();
+  }
+  void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
+    const std::shared_ptr<autodiff::Node> n = t.node();
+    if (n && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  }
+  void check(const Shape& local, const char* op, const std::string& where) const {
+    const std::int64_t want = mod ? (local.rank() ? local[local.rank() - 1] : 1) : local.numel();
+    const bool ok = mod ? (t.local_shape().rank() == 1 && t.size() == want) : t.local_shape() == local;
+    if (!ok)
+      throw invalid_argument(std::string("shardex::") + op + where + ": operand " + t.describe() +
+                             (mod ? " must be 1-d and match the last local dim of " : " must have the local shape ") +
+                             local.str());
+  }
+};
+
+template <class T, class Op, class... B>
+struct FusedNode {
+  Op op;
+  std::tuple<B...> args;
+
+  [[nodiscard]] T value(std::int64_t i) const {
+    return std::apply([&](const auto&... a) { return op.f(a.value(i)...); }, args);
+  }
+  void backprop(std::int64_t i, T g) {
+    if constexpr (sizeof...(B) == 1) {
+      auto& a = std::get<0>(args);
+      T ga{};
+      op.df(a.value(i), g, ga);
+      a.backprop(i, ga);
+    } else {
+      auto& a = std::get<0>(args);
+      auto& b = std::get<1>(args);
+      T ga{}, gb{};
+      op.df(a.value(i), b.value(i), g, ga, gb);
+      a.backprop(i, ga);
+      b.backprop(i, gb);
+    }
+  }
+  void prepare() { std::apply([](auto&... a) { (a.prepare(), ...); }, args); }
+  void flush() { std::apply([](auto&... a) { (a.flush(), ...); }, args); }
+  void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
+    std::apply([&](const auto&... a) { (a.collect(nodes), ...); }, args);
+  }
+  void check(const Shape& local, const char* op_name, const std::string& where) const {
+    std::apply([&](const auto&... a) { (a.check(local, op_name, where), ...); }, args);
+  }
+};
+
+template <TensorExpr E>
+auto bind(const E& e) {
+  if constexpr (is_broadcast<E>::value) {
+    auto t = eval(e.arg);
+    const std::int64_t m = std::max<std::int64_t>(t.size(), 1);
+    return FusedLeaf<typename E::value_type, typename E::layout_type, typename E::device_type>{t, m, {}};
+  } else if constexpr (requires { e.op(); e.args(); }) {
+    return std::apply(
+        [&](const auto&... a) {
+          return FusedNode<typename E::value_type, std::remove_cvref_t<decltype(e.op())>, decltype(bind(a))...>{
+              e.op(), {bind(a)...}};
+        },
+        e.args());
+  } else {
+    return FusedLeaf<typename E::value_type, typename E::layout_type, typename E::device_type>{eval(e), 0, {}};
+  }
+}
+
+}  // namespace detail
+
+template <class Op, TensorExpr... Args>
+auto evaluate(const Elementwise<Op, Args...>& e) {
+  using T = typename Elementwise<Op, Args...>::value_type;
+  using L = typename Elementwise<Op, Args...>::layout_type;
+  using Dev = typename Elementwise<Op, Args...>::device_type;
+  static_assert(std::same_as<Dev, Host>, "shardex: fused element-wise evaluation runs on the Host device");
+  auto tree = detail::bind(e);
+  auto out = Tensor<T, L, Dev>::zeros(e.comm(), e.shape(), e.mapping());
+  tree.check(out.local_shape(), Op::name, " on rank " + std::to_string(out.rank()));
+  T* y = out.data();
+  for (std::int64_t i = 0, n = out.size(); i < n; ++i) y[i] = tree.value(i);
+  std::vector<std::shared_ptr<autodiff::Node>> inputs;
+  tree.collect(inputs);
+  if (!inputs.empty())
+    out.record(Op::name, std::move(inputs), [tree](const Tensor<T, dual_t<L>, Dev>& g) mutable {
+      tree.prepare();
+      const T* gy = g.data();
+      for (std::int64_t i = 0, n = g.size(); i < n; ++i) tree.backprop(i, gy[i]);
+      tree.flush();
+    });
+  return out;
+}
+
+}  // namespace shardex

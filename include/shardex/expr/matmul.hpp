@@ -1,0 +1,122 @@
+#pragma once
+/// @file
+/// @brief `matmul(a, b)`: the local product of 2-d tensors, with the layout
+/// rules of rules::matmul (column-parallel R x S(1) -> S(1), row-parallel
+/// S(1) x S(0) -> P, ...). Every rule is a local GEMM of the local blocks; the
+/// backward is two more local GEMMs (da = g b^T, db = a^T g), whose layouts come
+/// out as the duals by the same rules. All communication stays in transitions.
+
+#include <string>
+
+#include "shardex/expr/expression.hpp"
+#include "shardex/expr/rules.hpp"
+
+namespace shardex {
+
+template <TensorExpr A, TensorExpr B>
+class MatMul {
+public:
+  using value_type = typename A::value_type;
+  using device_type = typename A::device_type;
+  using layout_type = typename rules::matmul<typename A::layout_type, typename B::layout_type>::type;
+  static_assert(std::same_as<typename B::value_type, value_type>,
+                "shardex::matmul(a, b) requires a and b to have the same element type (float or double)");
+
+  MatMul(A a, B b) : a_(std::move(a)), b_(std::move(b)) {}
+
+  [[nodiscard]] Shape shape() const {
+    const Shape sa = a_.shape(), sb = b_.shape();
+    return Shape{sa.rank() > 0 ? sa[0] : 0, sb.rank() > 1 ? sb[1] : 0};
+  }
+  [[nodiscard]] decltype(auto) comm() const { return a_.comm(); }
+  [[nodiscard]] layout_mapping<layout_type> mapping() const {
+    if constexpr (rules::matmul<typename A::layout_type, typename B::layout_type>::column_parallel) return b_.mapping();
+    else if constexpr (rules::matmul<typename A::layout_type, typename B::layout_type>::row_sharded) return a_.mapping();
+    else return {};
+  }
+  [[nodiscard]] const A& lhs() const noexcept { return a_; }
+  [[nodiscard]] const B& rhs() const noexcept { return b_; }
+
+private:
+  A a_;
+  B b_;
+};
+
+template <TensorExpr A, TensorExpr B>
+auto matmul(const A& a, const B& b) {
+  return MatMul<A, B>(a, b);
+}
+
+namespace detail {
+
+/// c (m x n) = op(a) op(b), row-major local blocks; `ta`/`tb` transpose.
+template <class T>
+void gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n, bool ta, bool tb, bool accumulate) {
+  using M = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Eigen::Index em = m, ek = k, en = n;
+  Eigen::Map<M> C(c, em, en);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) C.setZero();
+    return;
+  }
+  const auto run = [&](const auto& A, const auto& B) {
+    if (accumulate) C.noalias() += A * B;
+    else C.noalias() = A * B;
+  };
+  Eigen::Map<const M> A(a, ta ? ek : em, ta ? em : ek), B(b, tb ? en : ek, tb ? ek : en);
+  if (ta && tb) run(A.transpose(), B.transpose());
+  else if (ta) run(A.transpose(), B);
+  else if (tb) run(A, B.transpose());
+  else run(A, B);
+}
+
+template <class X>
+void check_2d(const X& x, const char* which, const std::string& where) {
+  if (x.local_shape().rank() != 2)
+    throw invalid_argument("shardex::matmul(a, b)" + where + ": " + which + " must be 2-d, but it is " + x.describe());
+}
+
+}  // namespace detail
+
+template <TensorExpr A, TensorExpr B>
+auto evaluate(const MatMul<A, B>& e) {
+  using T = typename MatMul<A, B>::value_type;
+  using L = typename MatMul<A, B>::layout_type;
+  using Dev = typename MatMul<A, B>::device_type;
+  static_assert(std::same_as<Dev, Host>, "shardex::matmul runs on the Host device through Eigen");
+  auto a = eval(e.lhs());
+  auto b = eval(e.rhs());
+  const std::string where = " on rank " + std::to_string(a.rank());
+  detail::check_2d(a, "a", where);
+  detail::check_2d(b, "b", where);
+  if (a.shape()[1] != b.shape()[0] || a.local_shape()[1] != b.local_shape()[0])
+    throw invalid_argument("shardex::matmul(a, b)" + where + ": the contraction dims differ: a is " + a.describe() +
+                           ", b is " + b.describe() +
+                           (a.shape()[1] == b.shape()[0] ? " (the same global extent split with different lengths)" : ""));
+  const std::int64_t m = a.local_shape()[0], k = a.local_shape()[1], n = b.local_shape()[1];
+  auto out = Tensor<T, L, Dev>::zeros(a.comm(), e.shape(), e.mapping());
+  detail::gemm(a.data(), b.data(), out.data(), m, k, n, false, false, false);
+  if (a.node() || b.node()) {
+    std::vector<std::shared_ptr<autodiff::Node>> inputs;
+    if (a.node()) inputs.push_back(a.node());
+    else inputs.push_back(nullptr);
+    if (b.node() && static_cast<autodiff::Node*>(b.node().get()) != inputs.front().get()) inputs.push_back(b.node());
+    std::erase(inputs, nullptr);
+    out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
+      if (a.node()) {  // da = g b^T, layout dual(A)
+        auto da = a.node()->make_full(T(0));
+        detail::gemm(g.data(), b.data(), da.data(), m, n, k, false, true, false);
+        a.node()->accumulate(da);
+      }
+      if (b.node()) {  // db = a^T g, layout dual(B)
+        auto db = b.node()->make_full(T(0));
+        detail::gemm(a.data(), g.data(), db.data(), k, m, n, true, false, false);
+        b.node()->accumulate(db);
+      }
+    });
+  }
+  return out;
+}
+
+}  // namespace shardex

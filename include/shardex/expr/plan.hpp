@@ -1,0 +1,55 @@
+#pragma once
+/// @file
+/// @brief `Plan`: what evaluating an expression will run, as `explain(expr)`
+/// returns it: each step (collective or local), its strategy, the bytes this
+/// rank contributes, and the simplifications that were applied.
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace shardex {
+
+struct PlanStep {
+  std::string op;        ///< "all_gather", "reduce_scatter", "all_reduce", "matmul", ...
+  std::string from, to;  ///< layouts in the notation of layout_name()
+  std::string strategy;  ///< resolved lowering of a collective; empty for local steps
+  std::int64_t bytes = 0;  ///< bytes this rank puts into the collective (0 for local steps)
+  bool communicates = false;
+};
+
+struct Plan {
+  std::vector<PlanStep> steps;
+  std::vector<std::string> simplifications;
+
+  /// Number of steps that communicate.
+  [[nodiscard]] int collectives() const {
+    int n = 0;
+    for (const auto& s : steps) n += s.communicates;
+    return n;
+  }
+  /// The names of the communicating steps, in order: "reduce_scatter all_gather".
+  [[nodiscard]] std::string collective_names() const {
+    std::string out;
+    for (const auto& s : steps)
+      if (s.communicates) out += (out.empty() ? "" : " ") + s.op;
+    return out;
+  }
+  /// One line per step, then one per simplification:
+  ///   all_reduce P(sum) -> R  [v_collective, 160 B]
+  ///   simplified: reduce_scatter then all_gather -> all_reduce
+  [[nodiscard]] std::string str() const {
+    std::ostringstream os;
+    for (const auto& s : steps) {
+      os << s.op << " " << s.from << " -> " << s.to;
+      if (s.communicates) os << "  [" << s.strategy << ", " << s.bytes << " B]";
+      else os << "  [local]";
+      os << "\n";
+    }
+    for (const auto& s : simplifications) os << "simplified: " << s << "\n";
+    return os.str();
+  }
+};
+
+}  // namespace shardex

@@ -1,0 +1,260 @@
+#pragma once
+/// @file
+/// @brief `Redistribute<E, To>`: a lazy layout transition, and the planner
+/// that lowers chains of them.
+///
+/// `all_gather(x)`, `reduce_scatter<To>(x)`, `all_reduce(x)`, `all_to_all<To>(x)`,
+/// `slice<To>(x)`, `replicate(x)` and `redistribute<To>(x)` all build this node;
+/// nothing communicates until it is evaluated. Then:
+///
+/// 1. **Simplification.** A chain of transitions `x -> L1 -> ... -> To` is
+///    replaced by the route from x's layout to `To` alone. This is exact:
+///    every transition leaves the logical value unchanged (it only moves
+///    pieces), and the pairing of a layout with its dual is the inner product
+///    of logical values, so adjoints compose the same way. Thus slice after
+///    gather of the same sharding is the identity, reduce_scatter then
+///    all_gather is one all_reduce, all_reduce then slice is one
+///    reduce_scatter, and identity transitions vanish. `explain` says so.
+/// 2. **Routing** (compile time, over the table of transition/table.hpp): the
+///    direct entry `From -> To` if there is one, else a two-step route through
+///    a whole layout (R, P or I), else a compile error naming both layouts.
+/// 3. **Lowering** of each step by its entry, recording its backward: the
+///    adjoint entry of the same table. The backward of a simplified chain is
+///    therefore simplified too.
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "shardex/expr/expression.hpp"
+#include "shardex/expr/plan.hpp"
+#include "shardex/transition/table.hpp"
+
+namespace shardex {
+
+template <TensorExpr E, LayoutTag To>
+class Redistribute {
+public:
+  using value_type = typename E::value_type;
+  using device_type = typename E::device_type;
+  using layout_type = To;
+  using source_layout = typename E::layout_type;
+
+  Redistribute(E arg, layout_mapping<To> to, Strategy s, const char* name)
+      : arg_(std::move(arg)), to_(std::move(to)), strategy_(s), name_(name) {}
+
+  [[nodiscard]] Shape shape() const { return arg_.shape(); }
+  [[nodiscard]] decltype(auto) comm() const { return arg_.comm(); }
+  [[nodiscard]] const layout_mapping<To>& mapping() const noexcept { return to_; }
+  [[nodiscard]] const E& arg() const noexcept { return arg_; }
+  [[nodiscard]] Strategy strategy() const noexcept { return strategy_; }
+  /// The operation the user wrote ("all_gather", "redistribute", ...).
+  [[nodiscard]] const char* name() const noexcept { return name_; }
+
+private:
+  E arg_;
+  layout_mapping<To> to_;
+  Strategy strategy_;
+  const char* name_;
+};
+
+namespace detail {
+
+template <class E> struct is_redistribute : std::false_type {};
+template <class E, class To> struct is_redistribute<Redistribute<E, To>> : std::true_type {};
+
+/// The first operand below a chain of transitions.
+template <class E>
+const auto& chain_source(const E& e) {
+  if constexpr (is_redistribute<E>::value) {
+    if constexpr (is_redistribute<std::remove_cvref_t<decltype(e.arg())>>::value) return chain_source(e.arg());
+    else return e.arg();
+  } else {
+    return e;
+  }
+}
+
+/// The user's steps of a chain, innermost first: "reduce_scatter P(sum) -> S(1)[dyn]".
+template <class E>
+void chain_steps(const E& e, std::vector<std::string>& out) {
+  if constexpr (is_redistribute<E>::value) {
+    chain_steps(e.arg(), out);
+    out.push_back(std::string(e.name()) + " " + layout_name<typename E::source_layout>() + " -> " +
+                  layout_name<typename E::layout_type>());
+  }
+}
+
+/// The sharded mappings *inside* a chain (the ones a simplification removes;
+/// the target's own is checked by its table entry) are checked too: a chain
+/// with bad lengths is an error, not silently skipped. Returns the first
+/// problem, or an empty string; the caller agrees on it across ranks.
+template <class E>
+std::string check_inner(const E& e, const Shape& global, int size, int rank, bool outermost = true) {
+  if constexpr (is_redistribute<E>::value) {
+    std::string err = check_inner(e.arg(), global, size, rank, false);
+    if constexpr (is_sharded_v<typename E::layout_type>) {
+      if (err.empty() && !outermost) {
+        try {
+          check_mapping<typename E::layout_type>(e.mapping(), global, size, rank, (std::string("shardex::") + e.name()).c_str());
+        } catch (const invalid_argument& x) {
+          err = x.what();
+        }
+      }
+    }
+    return err;
+  } else {
+    return {};
+  }
+}
+
+/// The number of transitions in a chain.
+template <class E> struct chain_length : std::integral_constant<int, 0> {};
+template <class E, class To>
+struct chain_length<Redistribute<E, To>> : std::integral_constant<int, 1 + chain_length<E>::value> {};
+
+/// The route From -> To through the table: `direct`, or `via` a whole layout.
+template <LayoutTag From, LayoutTag To>
+struct route {
+  static constexpr bool vanishes = std::same_as<From, To> && !is_sharded_v<From>;
+  static constexpr bool direct = has_transition_v<From, To>;
+  template <class M>
+  static constexpr bool through = has_transition_v<From, M> && has_transition_v<M, To>;
+  using via = std::conditional_t<through<Replicated>, Replicated,
+                                 std::conditional_t<through<Partial>, Partial, std::conditional_t<through<Invariant>, Invariant, void>>>;
+  static constexpr bool exists = vanishes || direct || !std::is_void_v<via>;
+};
+
+}  // namespace detail
+
+/// Any layout to any other. `to` carries run-time lengths for a target with
+/// dynamic lengths; `s` picks the lowering of the collective it runs.
+template <LayoutTag To, TensorExpr E>
+auto redistribute(const E& x, layout_mapping<To> to = {}, Strategy s = Strategy::automatic) {
+  return Redistribute<E, To>(x, std::move(to), s, "redistribute");
+}
+template <ShardedLayout To, TensorExpr E>
+  requires(!To::has_static_lengths)
+auto redistribute(const E& x, std::vector<std::int64_t> lengths, Strategy s = Strategy::automatic) {
+  return Redistribute<E, To>(x, layout_mapping<To>(std::move(lengths)), s, "redistribute");
+}
+
+template <TensorExpr E, LayoutTag To>
+auto evaluate(const Redistribute<E, To>& r) {
+  using From = typename std::remove_cvref_t<decltype(detail::chain_source(r))>::layout_type;
+  using R = detail::route<From, To>;
+  static_assert(R::exists,
+                "shardex::redistribute<To>(x): no route in the transition table leads from x's layout to To. From "
+                "Replicated there is no way to Invariant or Partial (n copies used separately are not one shared value "
+                "nor one pending sum), and from Invariant none to Partial: say which rank holds what, e.g. "
+                "zero_pad(slice<Sharded<D, ...>>(x))");
+  const auto& src = detail::chain_source(r);
+  auto x = eval(src);
+  if constexpr (detail::chain_length<Redistribute<E, To>>::value > 1) {
+    detail::Signature sig;
+    sig.add("shardex::redistribute chain");
+    detail::agree(x.comm(), detail::check_inner(r, x.shape(), x.world_size(), x.rank()), sig, "shardex::redistribute");
+  }
+  if constexpr (R::vanishes) {
+    return x;
+  } else if constexpr (R::direct) {
+    return transit<To>(x, r.mapping(), r.strategy());
+  } else {
+    using M = typename R::via;
+    return transit<To>(transit<M>(x, {}, r.strategy()), r.mapping(), r.strategy());
+  }
+}
+
+// ---- the user's spellings ------------------------------------------------------
+template <class X>
+using layout_of = typename X::layout_type;
+
+/// Sharded -> Replicated (default) or Invariant: every rank gets the whole tensor.
+template <LayoutTag To = Replicated, TensorExpr X>
+auto all_gather(const X& x, Strategy s = Strategy::automatic) {
+  static_assert(is_sharded_v<layout_of<X>>,
+                "shardex::all_gather(x) requires x to be Sharded<D, ...>: a Replicated or Invariant tensor is already "
+                "whole, and a Partial one needs all_reduce(x)");
+  static_assert(WholeLayout<To>, "shardex::all_gather<To>(x) gathers into Replicated (the default) or Invariant");
+  return Redistribute<X, To>(x, {}, s, "all_gather");
+}
+
+/// Partial -> Sharded<D, ...>: rank r gets its slice of the sum.
+template <ShardedLayout To, TensorExpr X>
+  requires To::has_static_lengths
+auto reduce_scatter(const X& x, Strategy s = Strategy::automatic) {
+  static_assert(std::same_as<layout_of<X>, Partial>,
+                "shardex::reduce_scatter<Sharded<D, ...>>(x) requires x to be Partial; to shard a Replicated tensor "
+                "use slice, to reshard a Sharded one use all_to_all or redistribute");
+  return Redistribute<X, To>(x, {}, s, "reduce_scatter");
+}
+template <ShardedLayout To, TensorExpr X>
+  requires(!To::has_static_lengths)
+auto reduce_scatter(const X& x, std::vector<std::int64_t> lengths, Strategy s = Strategy::automatic) {
+  static_assert(std::same_as<layout_of<X>, Partial>,
+                "shardex::reduce_scatter<Sharded<D, ...>>(x) requires x to be Partial; to shard a Replicated tensor "
+                "use slice, to reshard a Sharded one use all_to_all or redistribute");
+  return Redistribute<X, To>(x, layout_mapping<To>(std::move(lengths)), s, "reduce_scatter");
+}
+
+/// Partial -> Replicated (default) or Invariant: every rank gets the sum.
+template <LayoutTag To = Replicated, TensorExpr X>
+auto all_reduce(const X& x) {
+  static_assert(std::same_as<layout_of<X>, Partial>,
+                "shardex::all_reduce(x) requires x to be Partial: only a pending sum has something to reduce");
+  static_assert(WholeLayout<To>, "shardex::all_reduce<To>(x) reduces into Replicated (the default) or Invariant");
+  return Redistribute<X, To>(x, {}, Strategy::automatic, "all_reduce");
+}
+
+/// Replicated or Invariant -> Sharded<D, ...>: each rank keeps its slice; no communication.
+template <ShardedLayout To, TensorExpr X>
+  requires To::has_static_lengths
+auto slice(const X& x) {
+  static_assert(WholeLayout<layout_of<X>>,
+                "shardex::slice<Sharded<D, ...>>(x) requires x to be Replicated or Invariant; a Partial tensor "
+                "needs reduce_scatter, a Sharded one all_to_all or redistribute");
+  return Redistribute<X, To>(x, {}, Strategy::automatic, "slice");
+}
+template <ShardedLayout To, TensorExpr X>
+  requires(!To::has_static_lengths)
+auto slice(const X& x, std::vector<std::int64_t> lengths) {
+  static_assert(WholeLayout<layout_of<X>>,
+                "shardex::slice<Sharded<D, ...>>(x) requires x to be Replicated or Invariant; a Partial tensor "
+                "needs reduce_scatter, a Sharded one all_to_all or redistribute");
+  return Redistribute<X, To>(x, layout_mapping<To>(std::move(lengths)), Strategy::automatic, "slice");
+}
+/// The reference module's name for slice.
+template <ShardedLayout To, TensorExpr X, class... Lengths>
+auto dynamic_slice(const X& x, Lengths&&... lengths) {
+  return slice<To>(x, std::forward<Lengths>(lengths)...);
+}
+
+/// Sharded<C> -> Sharded<S>, C != S: the uneven all-to-all of DESIGN.md section 2.
+template <ShardedLayout To, TensorExpr X>
+  requires To::has_static_lengths
+auto all_to_all(const X& x, Strategy s = Strategy::automatic) {
+  static_assert(is_sharded_v<layout_of<X>>, "shardex::all_to_all<Sharded<S, ...>>(x) requires x to be Sharded<C, ...>");
+  return Redistribute<X, To>(x, {}, s, "all_to_all");
+}
+template <ShardedLayout To, TensorExpr X>
+  requires(!To::has_static_lengths)
+auto all_to_all(const X& x, std::vector<std::int64_t> lengths, Strategy s = Strategy::automatic) {
+  static_assert(is_sharded_v<layout_of<X>>, "shardex::all_to_all<Sharded<S, ...>>(x) requires x to be Sharded<C, ...>");
+  return Redistribute<X, To>(x, layout_mapping<To>(std::move(lengths)), s, "all_to_all");
+}
+
+/// Invariant -> Replicated (Megatron's f): nothing moves forward; the backward all-reduces.
+template <TensorExpr X>
+auto replicate(const X& x) {
+  static_assert(std::same_as<layout_of<X>, Invariant>,
+                "shardex::replicate(x) requires x to be Invariant (one shared value, such as a parameter)");
+  return Redistribute<X, Replicated>(x, {}, Strategy::automatic, "replicate");
+}
+
+/// Sharded -> Partial: the slice in place, zeros elsewhere (the adjoint of slice).
+template <TensorExpr X>
+auto zero_pad(const X& x) {
+  static_assert(is_sharded_v<layout_of<X>>, "shardex::zero_pad(x) requires x to be Sharded<D, ...>");
+  return Redistribute<X, Partial>(x, {}, Strategy::automatic, "zero_pad");
+}
+
+}  // namespace shardex

@@ -1,0 +1,97 @@
+// Compile-fail cases: each `#elif SHARDEX_FAIL_CASE == N` block must fail to
+// compile with the message on its `// expect:` line (run_cases.py checks both).
+// Without SHARDEX_FAIL_CASE the file must compile: it is built as part of the
+// test suite, so every case is one small step away from valid code.
+#include <shardex.hpp>
+
+using namespace shardex;
+using S1 = Sharded<1, lengths<1, 2, 3, 4>>;
+
+void cases(const mpi::Communicator& comm) {
+  auto r = Tensor<float, Replicated>::ones(comm, {4, 10});
+  auto i = Tensor<float, Invariant>::ones(comm, {4, 10});
+  auto p = Tensor<float, Partial>::ones(comm, {4, 10});
+  auto s0 = Tensor<float, Sharded<0>>::ones(comm, {4, 10}, layout_mapping<Sharded<0>>({1, 1, 1, 1}));
+  auto s1 = Tensor<float, S1>::ones(comm, {4, 10});
+  auto w = Tensor<float, Replicated>::ones(comm, {10, 10});
+  auto wd = Tensor<double, Replicated>::ones(comm, {10, 10});
+  (void)r, (void)i, (void)p, (void)s0, (void)s1, (void)w, (void)wd;
+#if !defined(SHARDEX_FAIL_CASE)
+  // The valid neighbours of the cases below.
+  Tensor<float, Partial> ok1 = matmul(s1, Tensor<float, Sharded<0, lengths<1, 2, 3, 4>>>::ones(comm, {10, 10}));
+  Tensor<float, Replicated> ok2 = gelu(all_reduce(p)) + r;
+  Tensor<float, Replicated> ok3 = replicate(i) * r;
+  Tensor<float, Replicated> ok4 = all_gather(s1);
+  auto ok5 = Tensor<float, S1>::zeros(comm, shape_c<5, 10>);
+  (void)ok1, (void)ok2, (void)ok3, (void)ok4, (void)ok5;
+#elif SHARDEX_FAIL_CASE == 1
+  // expect: shardex::matmul(a, b) has no layout rule for these operands
+  auto y = matmul(p, Tensor<float, Sharded<1>>::ones(comm, {10, 10}, layout_mapping<Sharded<1>>({1, 2, 3, 4})));
+#elif SHARDEX_FAIL_CASE == 2
+  // expect: a is sharded along its contraction dim (Sharded<1>) but b is not sharded along its rows
+  auto y = matmul(s1, w);
+#elif SHARDEX_FAIL_CASE == 3
+  // expect: a non-linear function (gelu, relu, tanh, exp) of a Partial tensor is not the sum
+  auto y = gelu(p);
+#elif SHARDEX_FAIL_CASE == 4
+  // expect: shardex::operator+(a, b) and operator-(a, b) require a and b to have the same layout
+  auto y = r + s1;
+#elif SHARDEX_FAIL_CASE == 5
+  // expect: wrap the Invariant operand in replicate(x)
+  auto y = i * r;
+#elif SHARDEX_FAIL_CASE == 6
+  // expect: the tensor has no dim D (D >= its rank)
+  auto y = Tensor<float, Sharded<2, lengths<1, 1>>>::zeros(comm, shape_c<2, 2>);
+#elif SHARDEX_FAIL_CASE == 7
+  // expect: the static lengths do not sum to the extent of dim D
+  auto y = Tensor<float, S1>::zeros(comm, shape_c<5, 12>);
+#elif SHARDEX_FAIL_CASE == 8
+  // expect: no route in the transition table leads from x's layout to To
+  Tensor<float, Partial> y = redistribute<Partial>(r);
+#elif SHARDEX_FAIL_CASE == 9
+  // expect: shardex::all_gather(x) requires x to be Sharded<D, ...>
+  auto y = all_gather(p);
+#elif SHARDEX_FAIL_CASE == 10
+  // expect: shardex::reduce_scatter<Sharded<D, ...>>(x) requires x to be Partial
+  auto y = reduce_scatter<S1>(r);
+#elif SHARDEX_FAIL_CASE == 11
+  // expect: the bias would be added once per rank to a pending sum
+  auto y = add_bias(p, Tensor<float, Replicated>::ones(comm, {10}));
+#elif SHARDEX_FAIL_CASE == 12
+  // expect: the product of two pending sums is not the sum of the products
+  auto y = p * p;
+#elif SHARDEX_FAIL_CASE == 13
+  // expect: the expression has another layout than the tensor it initializes
+  Tensor<float, Replicated> y = all_gather<Invariant>(s1);
+#elif SHARDEX_FAIL_CASE == 14
+  // expect: shardex::lengths<...> requires every length to be >= 0
+  auto y = Tensor<float, Sharded<0, lengths<2, -1>>>::zeros(comm, {1, 1});
+#elif SHARDEX_FAIL_CASE == 15
+  // expect: shardex::replicate(x) requires x to be Invariant
+  auto y = replicate(r);
+#elif SHARDEX_FAIL_CASE == 16
+  // expect: element-wise operands must have the same element type
+  auto y = w + wd;
+#elif SHARDEX_FAIL_CASE == 17
+  // expect: shardex::all_reduce(x) requires x to be Partial
+  auto y = all_reduce(r);
+#elif SHARDEX_FAIL_CASE == 18
+  // expect: b is sharded along its contraction dim (Sharded<0>) but a is not sharded along its columns
+  auto y = matmul(r, Tensor<float, Sharded<0>>::ones(comm, {10, 10}, layout_mapping<Sharded<0>>({1, 2, 3, 4})));
+#elif SHARDEX_FAIL_CASE == 19
+  // expect: shardex::transpose(x) is for 2-d tensors
+  auto y = transpose(Tensor<float, Sharded<2>>::ones(comm, {2, 2, 4}, layout_mapping<Sharded<2>>({1, 1, 1, 1})));
+#elif SHARDEX_FAIL_CASE == 20
+  // expect: no route in the transition table leads from x's layout to To
+  Tensor<float, Invariant> y = redistribute<Invariant>(r);
+#endif
+#if defined(SHARDEX_FAIL_CASE)
+  (void)y;
+#endif
+}
+
+int main(int argc, char** argv) {
+  mpi::Environment env(argc, argv);
+  (void)&cases;
+  return 0;
+}

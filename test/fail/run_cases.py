@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Compile every case of cases.cpp and check that it fails with its message.
+
+usage: run_cases.py BUILD_DIR SOURCE
+
+The compile command is the one Meson wrote for SOURCE into compile_commands.json,
+so the cases see exactly the flags of the real build. A case passes when the
+compiler exits non-zero, its output contains the `// expect:` text, and that
+text comes from a static_assert (not from some unrelated error).
+"""
+import json, os, re, shlex, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
+
+build, source = sys.argv[1], os.path.realpath(sys.argv[2])
+with open(os.path.join(build, "compile_commands.json")) as f:
+    entries = [e for e in json.load(f) if os.path.realpath(os.path.join(e["directory"], e["file"])) == source]
+if not entries:
+    sys.exit(f"run_cases.py: no compile command for {source} in {build}/compile_commands.json")
+entry = entries[0]
+base = shlex.split(entry["command"])
+# Drop the output and dependency-file arguments: the cases only need the front end.
+cmd, skip = [], False
+for a in base:
+    if skip:
+        skip = False
+        continue
+    if a in ("-o", "-MF", "-MQ", "-MT"):
+        skip = True
+        continue
+    if a in ("-MD", "-c"):
+        continue
+    cmd.append(a)
+cmd = [a for a in cmd if a != "-fdiagnostics-color=always"] + ["-fsyntax-only", "-fdiagnostics-color=never"]
+
+cases = []
+text = open(source).read()
+for m in re.finditer(r"#(?:el)?if SHARDEX_FAIL_CASE == (\d+)\n\s*// expect: (.*)\n", text):
+    cases.append((int(m.group(1)), m.group(2).strip()))
+if len(cases) < 10:
+    sys.exit(f"run_cases.py: found only {len(cases)} cases in {source}")
+
+def run(case):
+    n, expect = case
+    p = subprocess.run(cmd + [f"-DSHARDEX_FAIL_CASE={n}"], cwd=entry["directory"], capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    if p.returncode == 0:
+        return n, expect, "compiled, but must not"
+    if expect not in out:
+        return n, expect, "failed without the expected message:\n" + "\n".join(out.splitlines()[:25])
+    if "static assertion failed" not in out:
+        return n, expect, "message found, but not from a static_assert"
+    return n, expect, None
+
+failed = 0
+with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+    for n, expect, err in pool.map(run, cases):
+        status = "ok" if err is None else "FAIL"
+        print(f"case {n:2d} {status}: {expect}")
+        if err:
+            failed += 1
+            print("    " + err.replace("\n", "\n    "))
+print(f"{len(cases) - failed} of {len(cases)} compile-fail cases fail as they must")
+sys.exit(1 if failed else 0)
