@@ -4,6 +4,7 @@
 /// and lowered to collectives, local math with layout rules, and adjoints
 /// derived from the layout algebra.
 
+#include "shardex/autodiff/sgd.hpp"                // IWYU pragma: export
 #include "shardex/backend/mpi/communicator.hpp"   // IWYU pragma: export
 #include "shardex/backend/mpi/environment.hpp"    // IWYU pragma: export
 #include "shardex/backend/mpi/print.hpp"          // IWYU pragma: export

@@ -15,6 +15,8 @@
 #include <concepts>
 #include <cstdint>
 #include <numeric>
+#include <stdexcept>
+#include <utility>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -72,6 +74,36 @@ inline std::string to_string(std::span<const std::int64_t> ls) {
   std::string s = "[";
   for (std::size_t i = 0; i < ls.size(); ++i) s += (i ? "," : "") + std::to_string(ls[i]);
   return s + "]";
+}
+
+}  // namespace shardex
+
+namespace shardex {
+
+/// Lengths proportional to `weights` (relative device speeds, say) summing to
+/// `total`: each rank gets floor(total * w / sum w), and the remainder goes one
+/// by one to the largest fractional parts (ties to the lower rank). A weight of
+/// zero gives a length of zero. Deterministic, so every rank computes the same.
+inline std::vector<std::int64_t> proportional_lengths(std::int64_t total, std::span<const double> weights) {
+  double wsum = 0;
+  for (double w : weights) {
+    if (!(w >= 0)) throw std::invalid_argument("shardex::proportional_lengths: weights must be >= 0");
+    wsum += w;
+  }
+  if (weights.empty() || wsum <= 0) throw std::invalid_argument("shardex::proportional_lengths: the weights sum to zero");
+  std::vector<std::int64_t> ls(weights.size());
+  std::vector<std::pair<double, std::size_t>> frac(weights.size());
+  std::int64_t given = 0;
+  for (std::size_t r = 0; r < weights.size(); ++r) {
+    const double exact = static_cast<double>(total) * weights[r] / wsum;
+    ls[r] = static_cast<std::int64_t>(exact);
+    given += ls[r];
+    frac[r] = {exact - static_cast<double>(ls[r]), r};
+  }
+  std::stable_sort(frac.begin(), frac.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t k = 0; given < total; k = (k + 1) % frac.size())
+    if (weights[frac[k].second] > 0) ++ls[frac[k].second], ++given;
+  return ls;
 }
 
 }  // namespace shardex

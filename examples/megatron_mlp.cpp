@@ -1,0 +1,106 @@
+// The Megatron-LM tensor-parallel MLP, Y = GeLU(X A + a) B + b, on uneven shards.
+//
+//   mpirun -n 4 build/examples/megatron_mlp --speeds 1,2,3,4 --steps 20
+//
+// A is split by columns (Sharded<1>) and B by rows (Sharded<0>), in lengths
+// proportional to the ranks' speeds. Megatron's f and g are two transitions:
+// f = replicate (I -> R: nothing forward, an all-reduce backward) and
+// g = all_reduce<Invariant> (P -> I: an all-reduce forward, nothing backward).
+// Both backward passes are derived; none is written here.
+//
+// It trains a student on a fixed random teacher with SGD, printing one line
+// per step, then compares the sharded model's output and every gradient with
+// the same model run unsharded (on a one-rank communicator, same initial
+// weights, same data). It exits non-zero if they differ by more than 1e-10
+// (double) or 1e-4 (float), or if the loss did not go down.
+#include "support/cli.hpp"
+
+using namespace shardex;
+
+template <class T>
+struct Mlp {
+  Tensor<T, Sharded<1>> A;  // (hidden, ffn): column-parallel
+  Tensor<T, Sharded<0>> a;  // (ffn)
+  Tensor<T, Sharded<0>> B;  // (ffn, hidden): row-parallel
+  Tensor<T, Invariant> b;   // (hidden): one shared value
+
+  Mlp(const mpi::Communicator& comm, std::int64_t hidden, std::int64_t ffn, const std::vector<std::int64_t>& lens,
+      std::uint64_t seed)
+      : A(Tensor<T, Sharded<1>>::normal(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))), layout_mapping<Sharded<1>>(lens))),
+        a(Tensor<T, Sharded<0>>::normal(comm, {ffn}, seed + 1, T(0), T(0.1), layout_mapping<Sharded<0>>(lens))),
+        B(Tensor<T, Sharded<0>>::normal(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))), layout_mapping<Sharded<0>>(lens))),
+        b(Tensor<T, Invariant>::normal(comm, {hidden}, seed + 3, T(0), T(0.1))) {}
+
+  Mlp& trainable() {
+    A.requires_grad(), a.requires_grad(), B.requires_grad(), b.requires_grad();
+    return *this;
+  }
+
+  // x: (batch, hidden), one value shared by all ranks.
+  Tensor<T, Invariant> operator()(const Tensor<T, Invariant>& x) const {
+    auto h = gelu(add_bias(matmul(replicate(x), A), a));        // f, then S(1): each rank its ffn columns
+    return add_bias(all_reduce<Invariant>(matmul(h, B)), b);    // S(1) x S(0) -> P, then g: P -> I
+  }
+};
+
+template <class T>
+struct Run {
+  std::vector<double> losses;
+  Tensor<T, Invariant> y, dA, da, dB, db;  // the last step's output and gradients, whole
+};
+
+template <class T>
+Run<T> train(const mpi::Communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& lens, bool report) {
+  const std::int64_t batch = f.integer("batch"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
+  const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
+  const Mlp<T> teacher(comm, hidden, ffn, lens, seed + 100);
+  Mlp<T> model = Mlp<T>(comm, hidden, ffn, lens, seed).trainable();
+  Run<T> run;
+  const std::int64_t steps = f.integer("steps");
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto x = Tensor<T, Invariant>::normal(comm, {batch, hidden}, seed + 1000 + std::uint64_t(step));
+    Tensor<T, Invariant> target = teacher(x);
+    Tensor<T, Invariant> y = model(x);
+    auto d = y - target;
+    Tensor<T, Invariant> loss = sum(d * d) / double(2 * batch);
+    backward(loss);
+    run.losses.push_back(double(loss.data()[0]));
+    if (step + 1 == steps) {  // keep the last step's output and gradients, gathered whole
+      run.y = y.detach();
+      run.dA = eager::all_gather<Invariant>(model.A.grad());
+      run.da = eager::all_gather<Invariant>(model.a.grad());
+      run.dB = eager::all_gather<Invariant>(model.B.grad());
+      run.db = model.b.grad().clone();
+    }
+    sgd_step(f.real("lr"), model.A, model.a, model.B, model.b);
+    if (report && comm.rank() == 0)
+      std::cout << "step " << std::setw(3) << step << "  loss " << std::setprecision(6) << std::fixed << run.losses.back()
+                << "  time " << std::setprecision(2) << example::seconds_since(t0) * 1e3 << " ms\n"
+                << std::defaultfloat;
+  }
+  return run;
+}
+
+template <class T>
+int compare(const mpi::Communicator& comm, const example::Flags& f) {
+  const auto lens = example::split(f.integer("ffn"), f.str("speeds"), comm.size());
+  if (comm.rank() == 0)
+    std::cout << "megatron_mlp: " << comm.size() << " ranks, ffn lengths " << to_string(lens) << ", " << dtype_name<T>() << "\n";
+  const Run<T> sharded = train<T>(comm, f, lens, true);
+  // The same model unsharded: every rank runs it alone, on a one-rank communicator.
+  const Run<T> whole = train<T>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, false);
+  using example::max_rel_diff;
+  return example::verdict(comm,
+                          {{"output", max_rel_diff(sharded.y, whole.y)}, {"dA", max_rel_diff(sharded.dA, whole.dA)},
+                           {"da", max_rel_diff(sharded.da, whole.da)}, {"dB", max_rel_diff(sharded.dB, whole.dB)},
+                           {"db", max_rel_diff(sharded.db, whole.db)}},
+                          sharded.losses, std::same_as<T, double> ? 1e-10 : 1e-4);
+}
+
+int main(int argc, char** argv) {
+  return example::main(argc, argv, "megatron_mlp: Megatron's tensor-parallel MLP on uneven shards",
+                       {{"batch", "16"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"lr", "0.05"}, {"seed", "1"},
+                        {"dtype", "double"}, {"speeds", ""}},
+                       [](const mpi::Communicator& comm, const example::Flags& f, auto t) { return compare<decltype(t)>(comm, f); });
+}

@@ -1,0 +1,107 @@
+// The Megatron MLP block with sequence parallelism: the activations outside
+// the block are sharded along the sequence (tokens), so the block begins with
+// an all_gather and ends with a reduce_scatter instead of Megatron's f and g.
+//
+//   mpirun -n 4 build/examples/sequence_parallel_mlp --speeds 1,2,3,4
+//
+//   X: S(0) tokens  -> all_gather -> R -> matmul A: S(1) -> GeLU(+a) -> matmul B: P
+//                   -> reduce_scatter -> S(0) tokens -> +b
+//
+// The backward of the all_gather is a reduce_scatter and that of the
+// reduce_scatter an all_gather: derived, as always. The tokens and the ffn
+// columns are both split in proportion to --speeds. Like megatron_mlp, it
+// trains on a random teacher and checks output and gradients against the
+// same model run unsharded.
+#include "support/cli.hpp"
+
+using namespace shardex;
+
+template <class T>
+struct SequenceParallelMlp {
+  std::vector<std::int64_t> tokens;  // the sequence split
+  Tensor<T, Sharded<1>> A;           // (hidden, ffn): column-parallel
+  Tensor<T, Sharded<0>> a;           // (ffn)
+  Tensor<T, Sharded<0>> B;           // (ffn, hidden): row-parallel
+  Tensor<T, Invariant> b;            // (hidden)
+
+  SequenceParallelMlp(const mpi::Communicator& comm, std::int64_t hidden, std::int64_t ffn, const std::vector<std::int64_t>& ffn_lens,
+                      std::vector<std::int64_t> token_lens, std::uint64_t seed)
+      : tokens(std::move(token_lens)),
+        A(Tensor<T, Sharded<1>>::normal(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))), layout_mapping<Sharded<1>>(ffn_lens))),
+        a(Tensor<T, Sharded<0>>::normal(comm, {ffn}, seed + 1, T(0), T(0.1), layout_mapping<Sharded<0>>(ffn_lens))),
+        B(Tensor<T, Sharded<0>>::normal(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))), layout_mapping<Sharded<0>>(ffn_lens))),
+        b(Tensor<T, Invariant>::normal(comm, {hidden}, seed + 3, T(0), T(0.1))) {}
+
+  void trainable() { A.requires_grad(), a.requires_grad(), B.requires_grad(), b.requires_grad(); }
+
+  // x: (tokens, hidden), each rank its tokens.
+  Tensor<T, Sharded<0>> operator()(const Tensor<T, Sharded<0>>& x) const {
+    auto h = gelu(add_bias(matmul(all_gather(x), A), a));                            // R x S(1) -> S(1)
+    return add_bias(reduce_scatter<Sharded<0>>(matmul(h, B), tokens), replicate(b));  // P -> S(0), + b
+  }
+};
+
+template <class T>
+struct Run {
+  std::vector<double> losses;
+  Tensor<T, Invariant> y, dA, da, dB, db;
+};
+
+template <class T>
+Run<T> train(const mpi::Communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& ffn_lens,
+             const std::vector<std::int64_t>& token_lens, bool report) {
+  const std::int64_t tokens = f.integer("tokens"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
+  const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
+  const SequenceParallelMlp<T> teacher(comm, hidden, ffn, ffn_lens, token_lens, seed + 100);
+  SequenceParallelMlp<T> model(comm, hidden, ffn, ffn_lens, token_lens, seed);
+  model.trainable();
+  Run<T> run;
+  const layout_mapping<Sharded<0>> by_token(token_lens);
+  for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto x = Tensor<T, Sharded<0>>::normal(comm, {tokens, hidden}, seed + 1000 + std::uint64_t(step), T(0), T(1), by_token);
+    Tensor<T, Sharded<0>> target = teacher(x);
+    Tensor<T, Sharded<0>> y = model(x);
+    auto d = y - target;
+    Tensor<T, Invariant> loss = all_reduce<Invariant>(sum(d * d) / double(2 * tokens));  // S -> P -> I: the total
+    backward(loss);
+    run.losses.push_back(double(loss.data()[0]));
+    if (step + 1 == steps) {
+      run.y = eager::all_gather<Invariant>(y.detach());
+      run.dA = eager::all_gather<Invariant>(model.A.grad());
+      run.da = eager::all_gather<Invariant>(model.a.grad());
+      run.dB = eager::all_gather<Invariant>(model.B.grad());
+      run.db = model.b.grad().clone();
+    }
+    sgd_step(f.real("lr"), model.A, model.a, model.B, model.b);
+    if (report && comm.rank() == 0)
+      std::cout << "step " << std::setw(3) << step << "  loss " << std::setprecision(6) << std::fixed << run.losses.back()
+                << "  time " << std::setprecision(2) << example::seconds_since(t0) * 1e3 << " ms\n"
+                << std::defaultfloat;
+  }
+  return run;
+}
+
+template <class T>
+int compare(const mpi::Communicator& comm, const example::Flags& f) {
+  const auto ffn_lens = example::split(f.integer("ffn"), f.str("speeds"), comm.size());
+  const auto token_lens = example::split(f.integer("tokens"), f.str("speeds"), comm.size());
+  if (comm.rank() == 0)
+    std::cout << "sequence_parallel_mlp: " << comm.size() << " ranks, token lengths " << to_string(token_lens)
+              << ", ffn lengths " << to_string(ffn_lens) << ", " << dtype_name<T>() << "\n";
+  const Run<T> sharded = train<T>(comm, f, ffn_lens, token_lens, true);
+  const Run<T> whole = train<T>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, {f.integer("tokens")}, false);
+  using example::max_rel_diff;
+  return example::verdict(comm,
+                          {{"output", max_rel_diff(sharded.y, whole.y)}, {"dA", max_rel_diff(sharded.dA, whole.dA)},
+                           {"da", max_rel_diff(sharded.da, whole.da)}, {"dB", max_rel_diff(sharded.dB, whole.dB)},
+                           {"db", max_rel_diff(sharded.db, whole.db)}},
+                          sharded.losses, std::same_as<T, double> ? 1e-10 : 1e-4);
+}
+
+int main(int argc, char** argv) {
+  return example::main(argc, argv, "sequence_parallel_mlp: the Megatron MLP with sequence parallelism",
+                       {{"tokens", "24"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"lr", "0.05"}, {"seed", "1"},
+                        {"dtype", "double"}, {"speeds", ""}},
+                       [](const mpi::Communicator& comm, const example::Flags& f, auto t) { return compare<decltype(t)>(comm, f); });
+}

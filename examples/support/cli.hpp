@@ -1,0 +1,133 @@
+#pragma once
+// What the examples share and is not the point of any of them: flags, the
+// lengths of an uneven split, timing, and comparing with the unsharded run.
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <shardex.hpp>
+
+namespace example {
+
+/// --name value flags with defaults; unknown flags are an error.
+class Flags {
+public:
+  Flags(int argc, char** argv, std::map<std::string, std::string> defaults) : values_(std::move(defaults)) {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--help" || a == "-h") {
+        help_ = true;
+        continue;
+      }
+      const auto eq = a.find('=');
+      std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2), value;
+      if (a.rfind("--", 0) != 0 || !values_.count(key)) throw std::invalid_argument("unknown flag " + a + usage());
+      if (eq != std::string::npos) value = a.substr(eq + 1);
+      else if (i + 1 < argc) value = argv[++i];
+      else throw std::invalid_argument("flag " + a + " needs a value");
+      values_[key] = value;
+    }
+  }
+  [[nodiscard]] bool help() const { return help_; }
+  [[nodiscard]] std::string str(const std::string& k) const { return values_.at(k); }
+  [[nodiscard]] std::int64_t integer(const std::string& k) const { return std::stoll(values_.at(k)); }
+  [[nodiscard]] double real(const std::string& k) const { return std::stod(values_.at(k)); }
+  [[nodiscard]] std::string usage() const {
+    std::string s = "\nflags:";
+    for (const auto& [k, v] : values_) s += " --" + k + " " + (v.empty() ? "\"\"" : v);
+    return s;
+  }
+
+private:
+  std::map<std::string, std::string> values_;
+  bool help_ = false;
+};
+
+/// Lengths of `total` split over the ranks in proportion to "1,2,3,4" (one
+/// speed per rank; a zero gives a rank nothing), or evenly if `speeds` is empty.
+inline std::vector<std::int64_t> split(std::int64_t total, const std::string& speeds, int ranks) {
+  std::vector<double> w;
+  std::stringstream ss(speeds);
+  for (std::string item; std::getline(ss, item, ',');) w.push_back(std::stod(item));
+  if (w.empty()) w.assign(static_cast<std::size_t>(ranks), 1.0);
+  if (static_cast<int>(w.size()) != ranks)
+    throw std::invalid_argument("--speeds gives " + std::to_string(w.size()) + " speeds for " + std::to_string(ranks) +
+                                " ranks: give one per rank");
+  return shardex::proportional_lengths(total, w);
+}
+
+/// max |a - b| / max(1, |b|) over the local elements of two host tensors of the same shape.
+template <class A, class B>
+double max_rel_diff(const A& a, const B& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (std::int64_t i = 0; i < a.size(); ++i) {
+    const double x = a.data()[i], y = b.data()[i];
+    m = std::max(m, std::abs(x - y) / std::max(1.0, std::abs(y)));
+  }
+  return m;
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace example
+
+namespace example {
+
+/// Prints (rank 0) the largest relative difference of each named quantity
+/// between the sharded and the unsharded run, and the first and last loss;
+/// returns the exit code: 0 if every difference is within `tol` on every rank
+/// and the loss went down, 1 otherwise.
+inline int verdict(const shardex::mpi::Communicator& comm, const std::vector<std::pair<std::string, double>>& diffs,
+                   const std::vector<double>& losses, double tol) {
+  double worst = 0;
+  for (const auto& [name, d] : diffs) worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  std::int64_t bad[1] = {worst <= tol ? 0 : -1};
+  comm.all_reduce_min(bad, 1);  // any rank out of tolerance fails all
+  const bool learned = !losses.empty() && losses.back() < losses.front();
+  if (comm.rank() == 0) {
+    std::cout << std::scientific << std::setprecision(2) << "max relative difference from the unsharded model:";
+    for (const auto& [name, d] : diffs) std::cout << " " << name << " " << d;
+    std::cout << "  (tolerance " << tol << ")\n"
+              << std::defaultfloat << "loss " << losses.front() << " -> " << losses.back()
+              << (learned ? " (went down)" : " (DID NOT GO DOWN)") << "\n";
+  }
+  return bad[0] == 0 && learned ? 0 : 1;
+}
+
+/// Runs `body` on the tensor type the --dtype flag names.
+template <class F>
+int with_dtype(const Flags& f, F&& body) {
+  if (f.str("dtype") == "float") return body(float{});
+  if (f.str("dtype") == "double") return body(double{});
+  throw std::invalid_argument("--dtype must be float or double");
+}
+
+/// The examples' main: MPI, flags, --help, errors as messages on stderr.
+template <class F>
+int main(int argc, char** argv, const char* about, std::map<std::string, std::string> defaults, F&& body) {
+  shardex::mpi::Environment env(argc, argv);
+  const auto comm = shardex::mpi::Communicator::world();
+  try {
+    const Flags f(argc, argv, std::move(defaults));
+    if (f.help()) {
+      if (comm.rank() == 0) std::cout << about << f.usage() << "\n";
+      return 0;
+    }
+    return with_dtype(f, [&](auto t) { return body(comm, f, t); });
+  } catch (const std::exception& e) {
+    std::cerr << about << " (rank " << comm.rank() << "): " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace example

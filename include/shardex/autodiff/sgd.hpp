@@ -1,0 +1,31 @@
+#pragma once
+/// @file
+/// @brief `sgd_step(lr, params...)`: p -= lr * grad(p), then zero_grad, for
+/// parameters whose gradient has their own layout (Invariant and Sharded). A
+/// Replicated parameter's gradient is Partial (a pending sum), so updating
+/// each copy with its own part would let the copies drift apart: make such a
+/// parameter Invariant and `replicate` it where it is used; replicate's
+/// backward all-reduces its gradient.
+
+#include <concepts>
+
+#include "shardex/device/tensor.hpp"
+
+namespace shardex {
+
+template <Scalar T, LayoutTag L, class Dev>
+void sgd_update(Tensor<T, L, Dev>& p, double lr) {
+  static_assert(std::same_as<dual_t<L>, L>,
+                "shardex::sgd_step: a Replicated (or Partial) parameter's gradient is not in its own layout; make the "
+                "parameter Invariant and replicate(p) where it is used");
+  if (p.has_grad()) Dev::axpy(p.size(), static_cast<T>(-lr), p.grad().data(), p.data());
+  p.zero_grad();
+}
+
+/// One step of plain gradient descent on every parameter; no communication.
+template <class... P>
+void sgd_step(double lr, P&... params) {
+  (sgd_update(params, lr), ...);
+}
+
+}  // namespace shardex
