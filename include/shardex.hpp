@@ -18,6 +18,8 @@
 #include "shardex/expr/expression.hpp"            // IWYU pragma: export
 #include "shardex/expr/matmul.hpp"                // IWYU pragma: export
 #include "shardex/expr/redistribute.hpp"          // IWYU pragma: export
+#include "shardex/expr/reshape.hpp"               // IWYU pragma: export
+#include "shardex/expr/attention.hpp"             // IWYU pragma: export
 #include "shardex/expr/sum.hpp"                   // IWYU pragma: export
 #include "shardex/expr/transpose.hpp"             // IWYU pragma: export
 #include "shardex/layout/layouts.hpp"             // IWYU pragma: export

@@ -1,0 +1,69 @@
+#pragma once
+/// @file
+/// @brief `reshape(x, shape)`: the same row-major elements under another global
+/// shape. Whole layouts take any shape with as many elements; a `Sharded<D>`
+/// tensor keeps dims 0..D as they are (so each rank's slice stays one block)
+/// and may regroup the dims after D, e.g. (seq, heads * dh) -> (seq, heads, dh).
+/// Local; the backward reshapes the gradient back.
+
+#include <string>
+#include <vector>
+
+#include "shardex/expr/expression.hpp"
+
+namespace shardex {
+
+template <TensorExpr E>
+class Reshape {
+public:
+  static constexpr const char* node_name = "reshape";
+  using value_type = typename E::value_type;
+  using device_type = typename E::device_type;
+  using layout_type = typename E::layout_type;
+
+  Reshape(E arg, Shape to) : arg_(std::move(arg)), to_(to) {}
+  [[nodiscard]] Shape shape() const { return to_; }
+  [[nodiscard]] decltype(auto) comm() const { return arg_.comm(); }
+  [[nodiscard]] decltype(auto) mapping() const { return arg_.mapping(); }
+  [[nodiscard]] const E& arg() const noexcept { return arg_; }
+
+private:
+  E arg_;
+  Shape to_;
+};
+
+template <TensorExpr E>
+auto reshape(const E& x, const Shape& to) {
+  return Reshape<E>(x, to);
+}
+
+template <TensorExpr E>
+auto evaluate(const Reshape<E>& e) {
+  using T = typename E::value_type;
+  using L = typename E::layout_type;
+  using Dev = typename E::device_type;
+  auto x = eval(e.arg());
+  const Shape& from = x.shape();
+  const Shape to = e.shape();
+  bool ok = from.numel() == to.numel();
+  if constexpr (is_sharded_v<L>) {
+    ok = ok && to.rank() > L::dim && from.rank() > L::dim;
+    for (int d = 0; ok && d <= L::dim; ++d) ok = from[d] == to[d];
+  }
+  if (!ok)
+    throw invalid_argument("shardex::reshape(x, " + to.str() + ") on rank " + std::to_string(x.rank()) + ": x is " +
+                           x.describe() +
+                           (is_sharded_v<L> ? "; a sharded tensor keeps its dims up to the sharded one and its element count"
+                                            : "; the element count must stay the same"));
+  auto out = Tensor<T, L, Dev>::zeros(x.comm(), to, x.mapping());
+  Dev::copy_block(x.data(), 1, 0, out.data(), 1, 0, 1, 1, x.size());
+  if (x.node())
+    out.record("reshape", {x.node()}, [in = x.node()](const Tensor<T, dual_t<L>, Dev>& g) {
+      auto gx = in->make_full(T(0));
+      Dev::copy_block(g.data(), 1, 0, gx.data(), 1, 0, 1, 1, g.size());
+      in->accumulate(gx);
+    });
+  return out;
+}
+
+}  // namespace shardex
