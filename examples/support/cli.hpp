@@ -101,25 +101,42 @@ inline std::pair<double, double> first_and_last_pass(const std::vector<double>& 
   return {first / double(k), last / double(k)};
 }
 
+/// What a training run keeps: every step's loss, and the last step's output
+/// and gradients, each gathered whole and named.
+template <class T>
+struct Run {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, shardex::Tensor<T, shardex::Invariant>>> last;
+};
+
+/// The tolerance of the comparison with the unsharded run.
+template <class T>
+constexpr double tolerance = std::same_as<T, double> ? 1e-10 : 1e-4;
+
 /// Prints (rank 0) the largest relative difference of each named quantity
 /// between the sharded and the unsharded run, and the mean loss of the first
 /// and the last pass over the batches; returns the exit code: 0 if every
-/// difference is within `tol` on every rank and the loss went down, 1 otherwise.
-inline int verdict(const shardex::mpi::Communicator& comm, const std::vector<std::pair<std::string, double>>& diffs,
-                   const std::vector<double>& losses, std::int64_t batches, double tol) {
-  double worst = 0;
-  for (const auto& [name, d] : diffs) worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+/// difference is within the tolerance on every rank and the loss went down.
+template <class T>
+int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const Run<T>& whole, std::int64_t batches) {
+  const double tol = tolerance<T>;
+  double worst = sharded.last.size() == whole.last.size() ? 0 : INFINITY;
+  std::ostringstream diffs;
+  for (std::size_t i = 0; i < sharded.last.size() && i < whole.last.size(); ++i) {
+    const double d = max_rel_diff(sharded.last[i].second, whole.last[i].second);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    diffs << " " << sharded.last[i].first << " " << std::scientific << std::setprecision(2) << d;
+  }
   std::int64_t bad[1] = {worst <= tol ? 0 : -1};
   comm.all_reduce_min(bad, 1);  // any rank out of tolerance fails all
+  const auto& losses = sharded.losses;
   const auto [first, last] = losses.empty() ? std::pair{0.0, 0.0} : first_and_last_pass(losses, batches);
   const bool learned = !losses.empty() && last < first;
-  if (comm.rank() == 0) {
-    std::cout << std::scientific << std::setprecision(2) << "max relative difference from the unsharded model:";
-    for (const auto& [name, d] : diffs) std::cout << " " << name << " " << d;
-    std::cout << "  (tolerance " << tol << ")\n"
+  if (comm.rank() == 0)
+    std::cout << "max relative difference from the unsharded model:" << diffs.str() << "  (tolerance " << std::scientific
+              << std::setprecision(2) << tol << ")\n"
               << std::defaultfloat << "mean loss over the batches, first pass " << first << " -> last pass " << last
               << (learned ? " (went down)" : " (DID NOT GO DOWN)") << "\n";
-  }
   return bad[0] == 0 && learned ? 0 : 1;
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -142,7 +143,43 @@ struct FusedLeaf {
     const std::shared_ptr<autodiff::Node> n = t.node();
     if (n && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
   }
-  void check(const Shape& local, const char* op, const std::string& where) const {
+  /// `out` is the result of the pass. The global shapes and lengths are checked
+  /// first: they are the same on every rank, so every rank throws the same
+  /// error (local shapes alone can match on some ranks and not on others).
+  template <class Out>
+  void check(const Out& out, const char* op, const std::string& where) const {
+    const Shape& global = out.shape();
+    std::span<const std::int64_t> out_lens, lens;
+    int out_dim = -1;
+    if constexpr (is_sharded_v<typename Out::layout_type>) {
+      out_lens = out.lengths();
+      out_dim = Out::layout_type::dim;
+    }
+    if constexpr (is_sharded_v<L>) lens = t.lengths();
+    const std::string head = std::string("shardex::") + op + where + ": ";
+    const std::string with_lens = is_sharded_v<L> ? " with lengths " + to_string(lens) : "";
+    if (mod) {
+      const int last = global.rank() - 1;
+      const std::int64_t extent = last >= 0 ? global[last] : 1;
+      const bool split = last >= 0 && out_dim == last;  // x sharded along its last dim: the bias must be too
+      if (t.shape().rank() != 1 || t.shape()[0] != extent)
+        throw invalid_argument(head + "the bias " + t.describe() + " must be 1-d of extent " + std::to_string(extent) +
+                               ", the last dim of x (global " + global.str() + ")");
+      if (split && !(is_sharded_v<L> && std::ranges::equal(lens, out_lens)))
+        throw invalid_argument(head + "x (global " + global.str() + ") is sharded along its last dim with lengths " +
+                               to_string(out_lens) + ", so the bias must be Sharded<0> with the same lengths, but it is " +
+                               t.describe() + with_lens);
+      if (!split && is_sharded_v<L>)
+        throw invalid_argument(head + "x (global " + global.str() +
+                               ") is not sharded along its last dim, so the bias must be whole, but it is " +
+                               t.describe() + with_lens);
+    } else if (t.shape() != global || !std::ranges::equal(lens, out_lens)) {
+      throw invalid_argument(head + "the operands must have the same global shape" +
+                             (is_sharded_v<L> ? " and lengths" : "") + ": global " + global.str() +
+                             (out_lens.empty() ? "" : " with lengths " + to_string(out_lens)) + " against " + t.describe() +
+                             with_lens);
+    }
+    const Shape& local = out.local_shape();
     const std::int64_t want = mod ? (local.rank() ? local[local.rank() - 1] : 1) : local.numel();
     const bool ok = mod ? (t.local_shape().rank() == 1 && t.size() == want) : t.local_shape() == local;
     if (!ok)
@@ -180,8 +217,9 @@ struct FusedNode {
   void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
     std::apply([&](const auto&... a) { (a.collect(nodes), ...); }, args);
   }
-  void check(const Shape& local, const char* op_name, const std::string& where) const {
-    std::apply([&](const auto&... a) { (a.check(local, op_name, where), ...); }, args);
+  template <class Out>
+  void check(const Out& out, const char* op_name, const std::string& where) const {
+    std::apply([&](const auto&... a) { (a.check(out, op_name, where), ...); }, args);
   }
 };
 
@@ -213,13 +251,16 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   static_assert(std::same_as<Dev, Host>, "shardex: fused element-wise evaluation runs on the Host device");
   auto tree = detail::bind(e);
   auto out = Tensor<T, L, Dev>::zeros(e.comm(), e.shape(), e.mapping());
-  tree.check(out.local_shape(), Op::name, " on rank " + std::to_string(out.rank()));
+  // add_bias(x, b) is an Add whose last operand is broadcast: name it as the user wrote it.
+  constexpr const char* name =
+      detail::is_broadcast<std::tuple_element_t<sizeof...(Args) - 1, std::tuple<Args...>>>::value ? "add_bias" : Op::name;
+  tree.check(out, name, " on rank " + std::to_string(out.rank()));
   T* y = out.data();
   for (std::int64_t i = 0, n = out.size(); i < n; ++i) y[i] = tree.value(i);
   std::vector<std::shared_ptr<autodiff::Node>> inputs;
   tree.collect(inputs);
   if (!inputs.empty())
-    out.record(Op::name, std::move(inputs), [tree](const Tensor<T, dual_t<L>, Dev>& g) mutable {
+    out.record(name, std::move(inputs), [tree](const Tensor<T, dual_t<L>, Dev>& g) mutable {
       tree.prepare();
       const T* gy = g.data();
       for (std::int64_t i = 0, n = g.size(); i < n; ++i) tree.backprop(i, gy[i]);

@@ -6,6 +6,7 @@
 /// backward is two more local GEMMs (da = g b^T, db = a^T g), whose layouts come
 /// out as the duals by the same rules. All communication stays in transitions.
 
+#include <algorithm>
 #include <string>
 
 #include "shardex/expr/expression.hpp"
@@ -90,10 +91,18 @@ auto evaluate(const MatMul<A, B>& e) {
   const std::string where = " on rank " + std::to_string(a.rank());
   detail::check_2d(a, "a", where);
   detail::check_2d(b, "b", where);
-  if (a.shape()[1] != b.shape()[0] || a.local_shape()[1] != b.local_shape()[0])
+  // Row-parallel splits the contraction dim: compare the lengths, which every
+  // rank knows, not the local extents, which can agree on some ranks only.
+  bool same_split = true;
+  std::string split;
+  if constexpr (rules::matmul<typename A::layout_type, typename B::layout_type>::row_parallel) {
+    same_split = std::ranges::equal(a.lengths(), b.lengths());
+    split = " (the same global extent split with different lengths: " + to_string(a.lengths()) + " and " +
+            to_string(b.lengths()) + ")";
+  }
+  if (a.shape()[1] != b.shape()[0] || !same_split || a.local_shape()[1] != b.local_shape()[0])
     throw invalid_argument("shardex::matmul(a, b)" + where + ": the contraction dims differ: a is " + a.describe() +
-                           ", b is " + b.describe() +
-                           (a.shape()[1] == b.shape()[0] ? " (the same global extent split with different lengths)" : ""));
+                           ", b is " + b.describe() + (a.shape()[1] == b.shape()[0] ? split : ""));
   const std::int64_t m = a.local_shape()[0], k = a.local_shape()[1], n = b.local_shape()[1];
   auto out = Tensor<T, L, Dev>::zeros(a.comm(), e.shape(), e.mapping());
   detail::gemm(a.data(), b.data(), out.data(), m, k, n, false, false, false);
