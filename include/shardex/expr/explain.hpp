@@ -5,21 +5,32 @@
 /// bytes this rank puts into it, the local steps, and the simplifications.
 ///
 /// @code
-/// auto y = all_gather(reduce_scatter<Sharded<0>>(p, lens));
+/// auto y = all_gather(reduce_scatter<Sharded<0>>(p, {1, 2, 3, 0}));  // p: Partial, float, 6 x 5
 /// explain(y).str();
-/// // all_reduce P(sum) -> R  [v_collective, 400 B]
-/// // simplified: reduce_scatter P(sum) -> S(0)[dyn] then all_gather S(0)[dyn] -> R => all_reduce P(sum) -> R
+/// // all_reduce P(sum) -> R  [all_reduce, 120 B]
+/// // simplified: reduce_scatter P(sum) -> S(0)[1,2,3,0] then all_gather S(0)[1,2,3,0] -> R => all_reduce P(sum) -> R
 /// @endcode
+///
+/// Layouts are printed with the lengths the expression carries (run-time
+/// lengths included), so a reshard says what it changes. The strategy of an
+/// all_reduce is "all_reduce": it has one lowering, the backend's all-reduce.
+/// A step that moves nothing (a reshard to the same lengths) is not in the
+/// plan; when the simplification leaves no step at all, its line says
+/// "nothing (identity)". A single transition that runs as written has no
+/// simplification line.
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "shardex/expr/attention.hpp"
 #include "shardex/expr/elementwise.hpp"
 #include "shardex/expr/matmul.hpp"
 #include "shardex/expr/plan.hpp"
 #include "shardex/expr/redistribute.hpp"
+#include "shardex/expr/reshape.hpp"
 #include "shardex/expr/sum.hpp"
 #include "shardex/expr/transpose.hpp"
 
@@ -27,13 +38,32 @@ namespace shardex {
 
 namespace detail {
 
+/// A layout with the lengths a mapping carries: "S(0)[3,0,5,2]" (run-time
+/// lengths too, where layout_name says "[dyn]"), else layout_name<L>().
+template <LayoutTag L>
+std::string layout_label(const layout_mapping<L>& m) {
+  if constexpr (is_sharded_v<L>) return "S(" + std::to_string(L::dim) + ")" + to_string(m.lengths());
+  else return layout_name<L>();
+}
+
+/// The user's steps of a chain, innermost first, with their lengths:
+/// "reduce_scatter P(sum) -> S(1)[1,2,3,4]".
+template <class E>
+void chain_written(const E& e, std::vector<std::string>& out) {
+  if constexpr (is_redistribute<E>::value) {
+    chain_written(e.arg(), out);
+    out.push_back(std::string(e.name()) + " " + layout_label<typename E::source_layout>(e.arg().mapping()) + " -> " +
+                  layout_label<typename E::layout_type>(e.mapping()));
+  }
+}
+
 /// The plan step of the table entry From -> To applied to a tensor of global
 /// shape `g`; the strategy is resolved exactly as the entry will resolve it.
 template <class T, LayoutTag From, LayoutTag To, class Comm>
 PlanStep describe_step(const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s,
                        const Comm& comm) {
   using Entry = transition<From, To>;
-  PlanStep step{Entry::name, layout_name<From>(), layout_name<To>(), "", 0, false};
+  PlanStep step{Entry::name, layout_label<From>(fm), layout_label<To>(tm), "", 0, false};
   const auto elem = static_cast<std::int64_t>(sizeof(T));
   const int n = comm.size(), me = comm.rank();
   const bool has_v = Comm::has_v_collectives;
@@ -80,48 +110,73 @@ void explain_into(Plan& p, const E& e);
 /// The operands of a fused element-wise tree that are not element-wise are
 /// explained first; the op names of the tree are collected, innermost first.
 template <class E>
-void explain_fused(Plan& p, const E& e, std::string& names) {
+void explain_fused(Plan& p, const E& e, std::string& names, std::vector<std::string>& operands) {
   if constexpr (requires { e.op(); e.args(); }) {
-    std::apply([&](const auto&... a) { (explain_fused(p, a, names), ...); }, e.args());
+    std::apply([&](const auto&... a) { (explain_fused(p, a, names, operands), ...); }, e.args());
     names += (names.empty() ? "" : ", ") + std::string(std::remove_cvref_t<decltype(e.op())>::name);
   } else {
     explain_into(p, e);
+    if constexpr (is_broadcast<E>::value) operands.push_back(layout_label<typename E::layout_type>(e.arg.mapping()) + " bias");
+    else operands.push_back(layout_label<typename E::layout_type>(e.mapping()));
+  }
+}
+
+/// The steps of the route From -> To (none if it vanishes).
+template <class T, LayoutTag From, LayoutTag To, class Comm>
+void push_route(Plan& p, const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s,
+                const Comm& comm) {
+  using R = route<From, To>;
+  if constexpr (R::vanishes) {
+  } else if constexpr (R::direct) {
+    p.steps.push_back(describe_step<T, From, To>(g, fm, tm, s, comm));
+  } else if constexpr (!std::is_void_v<typename R::via>) {
+    using M = typename R::via;
+    p.steps.push_back(describe_step<T, From, M>(g, fm, layout_mapping<M>{}, s, comm));
+    p.steps.push_back(describe_step<T, M, To>(g, layout_mapping<M>{}, tm, s, comm));
+  }
+}
+
+/// The steps evaluate(r) runs after the chain's source, as it runs them: the
+/// route from the source to r's layout, or, where there is none, the steps
+/// of the chain below r's last step, then the route of that step.
+template <class E>
+void route_steps(Plan& p, const E& r) {
+  using T = typename E::value_type;
+  using To = typename E::layout_type;
+  using Inner = std::remove_cvref_t<decltype(r.arg())>;
+  const auto& src = chain_source(r);
+  using From = typename std::remove_cvref_t<decltype(src)>::layout_type;
+  if constexpr (!route<From, To>::exists && is_redistribute<Inner>::value) {
+    route_steps(p, r.arg());
+    push_route<T, typename Inner::layout_type, To>(p, r.arg().shape(), r.arg().mapping(), r.mapping(), r.strategy(),
+                                                   src.comm());
+  } else {
+    push_route<T, From, To>(p, src.shape(), src.mapping(), r.mapping(), r.strategy(), src.comm());
   }
 }
 
 template <class E>
 void explain_chain(Plan& p, const E& r) {
-  using T = typename E::value_type;
-  using To = typename E::layout_type;
   const auto& src = chain_source(r);
-  using From = typename std::remove_cvref_t<decltype(src)>::layout_type;
-  using R = route<From, To>;
   explain_into(p, src);
   const std::size_t first = p.steps.size();
-  const Shape g = src.shape();
-  if constexpr (R::vanishes) {
-  } else if constexpr (R::direct) {
-    p.steps.push_back(describe_step<T, From, To>(g, src.mapping(), r.mapping(), r.strategy(), src.comm()));
-  } else if constexpr (!std::is_void_v<typename R::via>) {
-    using M = typename R::via;
-    p.steps.push_back(describe_step<T, From, M>(g, src.mapping(), layout_mapping<M>{}, r.strategy(), src.comm()));
-    p.steps.push_back(describe_step<T, M, To>(g, layout_mapping<M>{}, r.mapping(), r.strategy(), src.comm()));
-  }
+  route_steps(p, r);
   // Say what the simplification did when the user's chain differs from the route.
   std::vector<std::string> wrote;
-  chain_steps(r, wrote);
+  chain_written(r, wrote);
   std::string ran, asked;
   for (std::size_t i = first; i < p.steps.size(); ++i)
     if (p.steps[i].op != "identity")
       ran += (ran.empty() ? "" : " then ") + p.steps[i].op + " " + p.steps[i].from + " -> " + p.steps[i].to;
   for (const auto& w : wrote) asked += (asked.empty() ? "" : " then ") + w;
-  // The user's single step ran as written (or the planner was asked to route): nothing to say.
+  // The user's steps ran as written (or the planner was asked to route and
+  // found a step to run): nothing to say. An identity always gets a line.
   const std::string first_name = wrote.front().substr(0, wrote.front().find(' '));
   const std::size_t ran_steps = static_cast<std::size_t>(
       std::count_if(p.steps.begin() + static_cast<std::ptrdiff_t>(first), p.steps.end(), [](const PlanStep& s) { return s.op != "identity"; }));
-  const bool as_written = wrote.size() == 1 && (first_name == "redistribute" ||
-                                                (ran_steps == 1 && p.steps.back().op == first_name));
-  if (!as_written) p.simplifications.push_back(asked + " => " + (ran.empty() ? std::string("nothing (identity)") : ran));
+  const bool as_written = wrote.size() == 1 && ran_steps > 0 &&
+                          (first_name == "redistribute" || (ran_steps == 1 && p.steps.back().op == first_name));
+  if (!as_written && asked != ran) p.simplifications.push_back(asked + " => " + (ran.empty() ? std::string("nothing (identity)") : ran));
   // Identity steps are not run: drop them from the plan.
   std::erase_if(p.steps, [](const PlanStep& s) { return s.op == "identity"; });
 }
@@ -134,20 +189,34 @@ void explain_into(Plan& p, const E& e) {
   } else if constexpr (is_broadcast<E>::value) {
     explain_into(p, e.arg);
   } else if constexpr (requires { e.op(); e.args(); }) {
-    // One step for the whole fused tree: "fused add, gelu".
+    // One step for the whole fused tree, its ops innermost first and its
+    // operands in order: "fused mul, add (R, R) -> R".
     std::string names;
-    explain_fused(p, e, names);
-    p.steps.push_back({"fused " + names, "", layout_name<typename E::layout_type>(), "", 0, false});
+    std::vector<std::string> operands;
+    explain_fused(p, e, names, operands);
+    std::string from;
+    for (const auto& o : operands) from += (from.empty() ? "" : ", ") + o;
+    if (operands.size() > 1) from = "(" + from + ")";
+    p.steps.push_back({"fused " + names, from, layout_label<typename E::layout_type>(e.mapping()), "", 0, false});
+  } else if constexpr (requires { e.q(); e.k(); e.v(); }) {
+    explain_into(p, e.q());
+    explain_into(p, e.k());
+    explain_into(p, e.v());
+    p.steps.push_back({E::node_name, layout_name<typename E::layout_type>(), layout_name<typename E::layout_type>(), "", 0, false});
   } else if constexpr (requires { e.lhs(); e.rhs(); }) {
     explain_into(p, e.lhs());
     explain_into(p, e.rhs());
-    p.steps.push_back({"matmul", layout_name<typename std::remove_cvref_t<decltype(e.lhs())>::layout_type>() + " x " +
-                                     layout_name<typename std::remove_cvref_t<decltype(e.rhs())>::layout_type>(),
-                       layout_name<typename E::layout_type>(), "", 0, false});
+    using A = std::remove_cvref_t<decltype(e.lhs())>;
+    using B = std::remove_cvref_t<decltype(e.rhs())>;
+    p.steps.push_back({"matmul",
+                       layout_label<typename A::layout_type>(e.lhs().mapping()) + " x " +
+                           layout_label<typename B::layout_type>(e.rhs().mapping()),
+                       layout_label<typename E::layout_type>(e.mapping()), "", 0, false});
   } else {
     explain_into(p, e.arg());
-    p.steps.push_back({E::node_name, layout_name<typename std::remove_cvref_t<decltype(e.arg())>::layout_type>(),
-                       layout_name<typename E::layout_type>(), "", 0, false});
+    using A = std::remove_cvref_t<decltype(e.arg())>;
+    p.steps.push_back({E::node_name, layout_label<typename A::layout_type>(e.arg().mapping()),
+                       layout_label<typename E::layout_type>(e.mapping()), "", 0, false});
   }
 }
 

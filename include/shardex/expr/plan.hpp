@@ -36,9 +36,10 @@ struct Plan {
       if (s.communicates) out += (out.empty() ? "" : " ") + s.op;
     return out;
   }
-  /// One line per step, then one per simplification:
-  ///   all_reduce P(sum) -> R  [v_collective, 160 B]
-  ///   simplified: reduce_scatter then all_gather -> all_reduce
+  /// One line per step (a collective with its strategy and this rank's bytes,
+  /// a local step marked local), then one per simplification:
+  ///   all_reduce P(sum) -> R  [all_reduce, 120 B]
+  ///   simplified: reduce_scatter P(sum) -> S(0)[1,2,3,0] then all_gather S(0)[1,2,3,0] -> R => all_reduce P(sum) -> R
   [[nodiscard]] std::string str() const {
     std::ostringstream os;
     for (const auto& s : steps) {

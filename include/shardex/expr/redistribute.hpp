@@ -115,7 +115,14 @@ struct chain_length<Redistribute<E, To>> : std::integral_constant<int, 1 + chain
 /// The route From -> To through the table: `direct`, or `via` a whole layout.
 template <LayoutTag From, LayoutTag To>
 struct route {
-  static constexpr bool vanishes = std::same_as<From, To> && !is_sharded_v<From>;
+  // The same whole layout, or the same static lengths: nothing to do, known
+  // at compile time. (The same dim with run-time lengths is the reshard entry,
+  // which compares the lengths, agreed on by every rank, and moves nothing if
+  // they are equal.)
+  static constexpr bool vanishes = std::same_as<From, To> && (!is_sharded_v<From> || [] {
+    if constexpr (is_sharded_v<From>) return From::has_static_lengths;
+    else return false;
+  }());
   static constexpr bool direct = has_transition_v<From, To>;
   template <class M>
   static constexpr bool through = has_transition_v<From, M> && has_transition_v<M, To>;
@@ -142,25 +149,33 @@ template <TensorExpr E, LayoutTag To>
 auto evaluate(const Redistribute<E, To>& r) {
   using From = typename std::remove_cvref_t<decltype(detail::chain_source(r))>::layout_type;
   using R = detail::route<From, To>;
-  static_assert(R::exists,
+  static_assert(R::exists || detail::is_redistribute<E>::value,
                 "shardex::redistribute<To>(x): no route in the transition table leads from x's layout to To. From "
                 "Replicated there is no way to Invariant or Partial (n copies used separately are not one shared value "
                 "nor one pending sum), and from Invariant none to Partial: say which rank holds what, e.g. "
                 "zero_pad(slice<Sharded<D, ...>>(x))");
-  const auto& src = detail::chain_source(r);
-  auto x = eval(src);
-  if constexpr (detail::chain_length<Redistribute<E, To>>::value > 1) {
-    detail::Signature sig;
-    sig.add("shardex::redistribute chain");
-    detail::agree(x.comm(), detail::check_inner(r, x.shape(), x.world_size(), x.rank()), sig, "shardex::redistribute");
-  }
-  if constexpr (R::vanishes) {
-    return x;
-  } else if constexpr (R::direct) {
-    return transit<To>(x, r.mapping(), r.strategy());
+  if constexpr (!R::exists) {
+    // A chain whose every step has a route but whose source has none to To
+    // (zero_pad(slice<S>(x)) of a Replicated x: R -> S -> P, and no R -> P):
+    // the chain below the last step is simplified, then the last step runs.
+    auto inner = eval(r.arg());
+    return evaluate(Redistribute<decltype(inner), To>(inner, r.mapping(), r.strategy(), r.name()));
   } else {
-    using M = typename R::via;
-    return transit<To>(transit<M>(x, {}, r.strategy()), r.mapping(), r.strategy());
+    const auto& src = detail::chain_source(r);
+    auto x = eval(src);
+    if constexpr (detail::chain_length<Redistribute<E, To>>::value > 1) {
+      detail::Signature sig;
+      sig.add("shardex::redistribute chain");
+      detail::agree(x.comm(), detail::check_inner(r, x.shape(), x.world_size(), x.rank()), sig, "shardex::redistribute");
+    }
+    if constexpr (R::vanishes) {
+      return x;
+    } else if constexpr (R::direct) {
+      return transit<To>(x, r.mapping(), r.strategy());
+    } else {
+      using M = typename R::via;
+      return transit<To>(transit<M>(x, {}, r.strategy()), r.mapping(), r.strategy());
+    }
   }
 }
 
