@@ -190,26 +190,9 @@ template <LayoutTag From, LayoutTag To>
 }
 
 /// The lengths cases of one configuration: three random (zeros likely), one with a
-/// forced zero, one where all ranks but one hold nothing, even lengths, and all
-/// zero.
+/// forced zero, one where all ranks but one hold nothing, even lengths, and all zero.
 std::vector<Lens> lens_cases(std::mt19937_64& rng, int n) {
-  std::uniform_int_distribution<std::int64_t> total_len(1, 6 * n + 6);
-  std::uniform_int_distribution<int> pick(0, n - 1);
-  std::vector<Lens> cs;
-  for (int k = 0; k < 3; ++k) cs.push_back(test::random_lengths(rng, n, total_len(rng)));
-  if (n > 1) {
-    Lens a = test::random_lengths(rng, n, total_len(rng) + 1);
-    const auto z = static_cast<std::size_t>(pick(rng));
-    a[(z + 1) % a.size()] += a[z];
-    a[z] = 0;
-    cs.push_back(a);
-    Lens b(static_cast<std::size_t>(n), 0);
-    b[static_cast<std::size_t>(pick(rng))] = total_len(rng);
-    cs.push_back(b);
-  }
-  cs.push_back(Lens(static_cast<std::size_t>(n), 1 + static_cast<std::int64_t>(rng() % 4)));  // even: the plain collectives
-  cs.push_back(Lens(static_cast<std::size_t>(n), 0));
-  return cs;
+  return test::lengths_cases(rng, n, {.random = 3, .max_total = 6 * n + 6, .even = true, .empty = true});
 }
 
 Shape random_shape(std::mt19937_64& rng, int ndim, int dim, std::int64_t extent) {

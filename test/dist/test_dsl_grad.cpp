@@ -119,23 +119,7 @@ Tensor<X, L> param_tensor(const Shape& g, std::uint64_t seed, const Lens& ls = {
 /// Lengths cases at n ranks: two random (zeros likely), one with a forced zero,
 /// one where a single rank holds everything, and (optionally) all zero.
 std::vector<Lens> lens_cases(std::mt19937_64& rng, int n, bool with_empty) {
-  std::uniform_int_distribution<std::int64_t> total(1, 2 * n + 3);
-  std::uniform_int_distribution<int> pick(0, n - 1);
-  std::vector<Lens> cs;
-  cs.push_back(test::random_lengths(rng, n, total(rng)));
-  cs.push_back(test::random_lengths(rng, n, total(rng)));
-  if (n > 1) {
-    Lens a = test::random_lengths(rng, n, total(rng) + 1);
-    const auto z = static_cast<std::size_t>(pick(rng));
-    a[(z + 1) % a.size()] += a[z];
-    a[z] = 0;
-    cs.push_back(a);
-    Lens b(static_cast<std::size_t>(n), 0);
-    b[static_cast<std::size_t>(pick(rng))] = total(rng);
-    cs.push_back(b);
-  }
-  if (with_empty) cs.push_back(Lens(static_cast<std::size_t>(n), 0));
-  return cs;
+  return test::lengths_cases(rng, n, {.random = 2, .max_total = 2 * n + 3, .even = false, .empty = with_empty});
 }
 
 // ---- type-erased views (the checks below are not templates) ------------------------

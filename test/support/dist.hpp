@@ -38,6 +38,38 @@ inline std::vector<std::int64_t> random_lengths(std::mt19937_64& rng, int n, std
   return ls;
 }
 
+/// The lengths cases of a test at n ranks, drawn from a shared generator:
+/// `random` random splits of 1 .. max_total (zeros likely), one with a forced
+/// zero and one where a single rank holds everything (n > 1), then even
+/// lengths (the plain-collective paths) and all zero, if asked for.
+struct LengthsCases {
+  int random = 3;
+  std::int64_t max_total = 12;
+  bool even = true;
+  bool empty = true;
+};
+
+inline std::vector<std::vector<std::int64_t>> lengths_cases(std::mt19937_64& rng, int n, LengthsCases c) {
+  using Lens = std::vector<std::int64_t>;
+  std::uniform_int_distribution<std::int64_t> total(1, c.max_total);
+  std::uniform_int_distribution<int> pick(0, n - 1);
+  std::vector<Lens> cs;
+  for (int k = 0; k < c.random; ++k) cs.push_back(random_lengths(rng, n, total(rng)));
+  if (n > 1) {
+    Lens a = random_lengths(rng, n, total(rng) + 1);
+    const auto z = static_cast<std::size_t>(pick(rng));
+    a[(z + 1) % a.size()] += a[z];
+    a[z] = 0;
+    cs.push_back(a);
+    Lens b(static_cast<std::size_t>(n), 0);
+    b[static_cast<std::size_t>(pick(rng))] = total(rng);
+    cs.push_back(b);
+  }
+  if (c.even) cs.push_back(Lens(static_cast<std::size_t>(n), 1 + static_cast<std::int64_t>(rng() % 4)));
+  if (c.empty) cs.push_back(Lens(static_cast<std::size_t>(n), 0));
+  return cs;
+}
+
 }  // namespace shardex::test
 
 /// REQUIRE that holds on every rank or stops the test case on every rank.
