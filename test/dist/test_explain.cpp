@@ -504,3 +504,41 @@ TEST_CASE_TEMPLATE("explain: local steps, and collectives() / collective_names()
   // A tensor alone is no step at all.
   CHECK(explain(s).str().empty());
 }
+
+TEST_CASE("explain lists the backward transitions: the adjoint entries, in the order backward runs them") {
+  const int n = world().size();
+  const Lens la = lens_a(n);
+  auto x = fresh(make<double, Sharded<0>>(la));
+  // zero_pad (S -> P, local), a fused scale, then all_reduce (P -> R).
+  const auto e = all_reduce(zero_pad(x) * 2.0);
+  const Plan p = explain(e);
+  CHECK(p.collective_names() == "all_reduce");
+  REQUIRE(p.backward.size() == 2);
+  CHECK(p.backward[0].op == "all_reduce");  // the adjoint of P -> R is P -> R
+  CHECK(p.backward[0].from == "P(sum)");
+  CHECK(p.backward[0].to == "R");
+  CHECK(p.backward[1].op == "slice");       // the adjoint of zero_pad (S -> P) is R -> S
+  CHECK(p.backward[1].from == "R");
+  CHECK(p.backward[1].to == sh(0, la));
+  CHECK(p.backward_collective_names() == "all_reduce");
+  // The backward pass does run them: its gradient is 2 on this rank's rows.
+  Tensor<double, Replicated> y = e;
+  backward(sum(y) / double(n));
+  for (std::int64_t i = 0; i < x.grad().size(); ++i) CHECK(x.grad().data()[i] == 2.0);
+
+  // Megatron's f and g: replicate's backward all-reduces, all_reduce<Invariant>'s moves nothing.
+  auto i = fresh(make<double, Invariant>());
+  const Plan f = explain(replicate(i));
+  REQUIRE(f.backward.size() == 1);
+  CHECK(f.backward[0].op == "all_reduce");
+  CHECK(f.backward[0].to == "I");
+  CHECK(f.collectives() == 0);
+  CHECK(f.backward_collective_names() == "all_reduce");
+  const Plan g = explain(all_reduce<Invariant>(make<double, Partial>()));
+  REQUIRE(g.backward.size() == 1);
+  CHECK(g.backward[0].op == "replicate");
+  CHECK(g.backward_collective_names().empty());
+  // A simplified chain has a simplified backward: one all_reduce, not an all_gather and a reduce_scatter.
+  const Plan c = explain(all_gather(reduce_scatter<Sharded<0>>(make<double, Partial>(), lens_b(n))));
+  CHECK(c.backward_collective_names() == "all_reduce");
+}

@@ -126,13 +126,20 @@ template <class T, LayoutTag From, LayoutTag To, class Comm>
 void push_route(Plan& p, const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s,
                 const Comm& comm) {
   using R = route<From, To>;
+  // Each step's backward is its adjoint entry, run in reverse order: found in
+  // the same table (adjoint_t), not written here.
+  const auto step = [&]<LayoutTag A, LayoutTag B>(const layout_mapping<A>& am, const layout_mapping<B>& bm) {
+    p.steps.push_back(describe_step<T, A, B>(g, am, bm, s, comm));
+    p.backward.insert(p.backward.begin(),
+                      describe_step<T, dual_t<B>, dual_t<A>>(g, dual_mapping<B>(bm), dual_mapping<A>(am), s, comm));
+  };
   if constexpr (R::vanishes) {
   } else if constexpr (R::direct) {
-    p.steps.push_back(describe_step<T, From, To>(g, fm, tm, s, comm));
+    step(fm, tm);
   } else if constexpr (!std::is_void_v<typename R::via>) {
     using M = typename R::via;
-    p.steps.push_back(describe_step<T, From, M>(g, fm, layout_mapping<M>{}, s, comm));
-    p.steps.push_back(describe_step<T, M, To>(g, layout_mapping<M>{}, tm, s, comm));
+    step(fm, layout_mapping<M>{});
+    step(layout_mapping<M>{}, tm);
   }
 }
 
@@ -179,6 +186,7 @@ void explain_chain(Plan& p, const E& r) {
   if (!as_written && asked != ran) p.simplifications.push_back(asked + " => " + (ran.empty() ? std::string("nothing (identity)") : ran));
   // Identity steps are not run: drop them from the plan.
   std::erase_if(p.steps, [](const PlanStep& s) { return s.op == "identity"; });
+  std::erase_if(p.backward, [](const PlanStep& s) { return s.op == "identity"; });
 }
 
 template <class E>

@@ -22,6 +22,18 @@ struct PlanStep {
 struct Plan {
   std::vector<PlanStep> steps;
   std::vector<std::string> simplifications;
+  /// The transitions backward(loss) runs for this expression's transitions, in
+  /// the order it runs them: each one the adjoint entry of a forward step
+  /// (local steps have local backward passes and are not listed).
+  std::vector<PlanStep> backward;
+
+  /// The names of the communicating steps of the backward pass, in order.
+  [[nodiscard]] std::string backward_collective_names() const {
+    std::string out;
+    for (const auto& s : backward)
+      if (s.communicates) out += (out.empty() ? "" : " ") + s.op;
+    return out;
+  }
 
   /// Number of steps that communicate.
   [[nodiscard]] int collectives() const {
