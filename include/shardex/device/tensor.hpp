@@ -360,25 +360,21 @@ private:
   Tensor(const communicator_type& comm, const Shape& global, mapping_type m, const char* op)
       : comm_(comm), global_(global), mapping_(std::move(m)) {
     if constexpr (is_sharded_v<L>) check_mapping<L>(mapping_, global_, comm_.size(), comm_.rank(), op);
-    local_ = local_shape_of(global_, mapping_, comm_.rank());
+    local_ = shardex::local_shape<L>(global_, mapping_, comm_.rank());
   }
-  static Shape local_shape_of(const Shape& g, const mapping_type& m, int rank) { return shardex::local_shape<L>(g, m, rank); }
 
   communicator_type comm_;
   Shape global_;
   Shape local_;
   [[no_unique_address]] mapping_type mapping_;
+
   std::shared_ptr<node_type> make_node(const char* op) const {
     auto n = std::make_shared<node_type>();
     n->op = op;
-    n->make_full = [comm = comm_, global = global_, m = dual_mapping_of(mapping_)](T v) {
+    n->make_full = [comm = comm_, global = global_, m = dual_mapping<L>(mapping_)](T v) {
       return grad_type::full(comm, global, v, m);
     };
     return n;
-  }
-  static layout_mapping<dual_t<L>> dual_mapping_of(const mapping_type& m) {
-    if constexpr (is_sharded_v<L>) return m;
-    else return {};
   }
 
   std::shared_ptr<T[]> storage_;

@@ -74,6 +74,13 @@ void check_mapping(const layout_mapping<L>& m, const Shape& global, int world_si
                            global.str() + ": " + problem);
 }
 
+/// The mapping of dual(L), from the mapping of L (the lengths carry over).
+template <LayoutTag L>
+layout_mapping<dual_t<L>> dual_mapping(const layout_mapping<L>& m) {
+  if constexpr (is_sharded_v<L>) return m;
+  else return {};
+}
+
 /// The shape rank r holds of a tensor with global shape `global` and layout L.
 template <LayoutTag L>
 Shape local_shape(const Shape& global, const layout_mapping<L>& m, int rank) {

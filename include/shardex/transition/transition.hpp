@@ -41,11 +41,5 @@ using adjoint_t = transition<dual_t<To>, dual_t<From>>;
 template <class L>
 concept WholeLayout = std::same_as<L, Replicated> || std::same_as<L, Invariant>;
 
-/// The mapping of dual(L), from the mapping of L (the lengths carry over).
-template <LayoutTag L>
-layout_mapping<dual_t<L>> dual_mapping(const layout_mapping<L>& m) {
-  if constexpr (is_sharded_v<L>) return m;
-  else return {};
-}
 
 }  // namespace shardex
