@@ -62,27 +62,18 @@ auto attention(const Q& q, const K& k, const V& v) {
 
 namespace detail {
 
-/// One head's (seq x dh) matrix inside a (seq, heads, dh) array.
-template <class T>
-auto head(T* base, std::int64_t seq, std::int64_t heads, std::int64_t dh, std::int64_t h) {
-  using M = Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Map = std::conditional_t<std::is_const_v<T>, Eigen::Map<const M, 0, Eigen::OuterStride<>>, Eigen::Map<M, 0, Eigen::OuterStride<>>>;
-  return Map(base + h * dh, static_cast<Eigen::Index>(seq), static_cast<Eigen::Index>(dh),
-             Eigen::OuterStride<>(static_cast<Eigen::Index>(heads * dh)));
-}
-
-template <class T>
-using Dense = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-/// Row-wise softmax of s / sqrt(dh), in place.
-template <class T>
-void softmax_rows(Dense<T>& s) {
-  for (Eigen::Index i = 0; i < s.rows(); ++i) {
-    auto row = s.row(i);
-    row = (row.array() - row.maxCoeff()).exp().matrix();
-    row /= row.sum();
-  }
-}
+/// The per-head products of attention as batched GEMMs over the heads: head h
+/// of a (seq, heads, dh) array is a seq x dh matrix with row stride heads * dh
+/// starting at h * dh; the scores of all heads are one (heads, seq, seq) array.
+struct AttentionShapes {
+  std::int64_t seq, heads, dh;
+  /// X (seq x dh per head) of a (seq, heads, dh) array, as an A or B operand.
+  [[nodiscard]] std::int64_t ld() const { return heads * dh; }
+  /// scores = Qh Kh^T (or G Vh^T): m = n = seq, k = dh.
+  [[nodiscard]] GemmShape scores() const { return {seq, seq, dh, false, true, ld(), ld(), seq, dh, dh, seq * seq, heads}; }
+  /// Xh = P Yh (P^T Yh when `tp`): m = seq, n = dh, k = seq.
+  [[nodiscard]] GemmShape apply(bool tp) const { return {seq, dh, seq, tp, false, seq, ld(), ld(), seq * seq, dh, dh, heads}; }
+};
 
 }  // namespace detail
 
@@ -97,41 +88,44 @@ auto evaluate(const Attention<Q, K, V>& e) {
     throw invalid_argument("shardex::attention(q, k, v) on rank " + std::to_string(q.rank()) +
                            ": q, k, v must be (seq, heads, dh) of one shape; q is " + q.describe() + ", k " + k.describe() +
                            ", v " + v.describe());
-  const std::int64_t seq = s[0], heads = s[1], dh = s[2];
-  const T scale = T(1) / std::sqrt(T(dh));
+  const detail::AttentionShapes shapes{s[0], s[1], s[2]};
+  const T scale = T(1) / std::sqrt(T(shapes.dh));
+  // P = softmax(Q K^T * scale) per head, in one (heads, seq, seq) buffer.
+  const auto probabilities = [shapes, scale](const T* q_data, const T* k_data) {
+    auto p = Dev::template allocate<T>(shapes.heads * shapes.seq * shapes.seq);
+    Dev::gemm(shapes.scores(), scale, q_data, k_data, T(0), p.get());
+    Dev::softmax_rows(p.get(), shapes.heads * shapes.seq, shapes.seq);
+    return p;
+  };
   auto out = Tensor<T, L, Dev>::zeros(q.comm(), q.shape(), q.mapping());
-  for (std::int64_t h = 0; h < heads; ++h) {
-    detail::Dense<T> p = detail::head<const T>(q.data(), seq, heads, dh, h) *
-                         detail::head<const T>(k.data(), seq, heads, dh, h).transpose() * scale;
-    detail::softmax_rows(p);
-    detail::head<T>(out.data(), seq, heads, dh, h).noalias() = p * detail::head<const T>(v.data(), seq, heads, dh, h);
-  }
+  Dev::gemm(shapes.apply(false), T(1), probabilities(q.data(), k.data()).get(), v.data(), T(0), out.data());
   if (q.node() || k.node() || v.node()) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;
     for (const std::shared_ptr<autodiff::Node>& n : {std::shared_ptr<autodiff::Node>(q.node()), std::shared_ptr<autodiff::Node>(k.node()),
                                                      std::shared_ptr<autodiff::Node>(v.node())})
       if (n && std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(n);
-    out.record("attention", std::move(inputs), [q, k, v, seq, heads, dh, scale](const Tensor<T, dual_t<L>, Dev>& g) {
-      auto dq = q.node() ? q.node()->make_full(T(0)) : Tensor<T, dual_t<L>, Dev>{};
-      auto dk = k.node() ? k.node()->make_full(T(0)) : Tensor<T, dual_t<L>, Dev>{};
-      auto dv = v.node() ? v.node()->make_full(T(0)) : Tensor<T, dual_t<L>, Dev>{};
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const auto Qh = detail::head<const T>(q.data(), seq, heads, dh, h);
-        const auto Kh = detail::head<const T>(k.data(), seq, heads, dh, h);
-        const auto Vh = detail::head<const T>(v.data(), seq, heads, dh, h);
-        const auto G = detail::head<const T>(g.data(), seq, heads, dh, h);
-        detail::Dense<T> p = Qh * Kh.transpose() * scale;
-        detail::softmax_rows(p);
-        const detail::Dense<T> dp = G * Vh.transpose();
-        const Eigen::Matrix<T, Eigen::Dynamic, 1> rows = (dp.array() * p.array()).rowwise().sum();
-        const detail::Dense<T> ds = (p.array() * (dp.colwise() - rows).array()).matrix() * scale;
-        if (v.node()) detail::head<T>(dv.data(), seq, heads, dh, h).noalias() = p.transpose() * G;
-        if (q.node()) detail::head<T>(dq.data(), seq, heads, dh, h).noalias() = ds * Kh;
-        if (k.node()) detail::head<T>(dk.data(), seq, heads, dh, h).noalias() = ds.transpose() * Qh;
+    out.record("attention", std::move(inputs), [q, k, v, shapes, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
+      const auto p = probabilities(q.data(), k.data());  // recomputed: cheaper to keep than to store
+      if (v.node()) {  // dV = P^T G
+        auto dv = v.node()->make_full(T(0));
+        Dev::gemm(shapes.apply(true), T(1), p.get(), g.data(), T(0), dv.data());
+        v.node()->accumulate(dv);
       }
-      if (q.node()) q.node()->accumulate(dq);
-      if (k.node()) k.node()->accumulate(dk);
-      if (v.node()) v.node()->accumulate(dv);
+      if (!q.node() && !k.node()) return;
+      // dS = scale * P * (dP - rowsum(dP * P)) with dP = G V^T, in place.
+      auto ds = Dev::template allocate<T>(shapes.heads * shapes.seq * shapes.seq);
+      Dev::gemm(shapes.scores(), T(1), g.data(), v.data(), T(0), ds.get());
+      Dev::softmax_backward_rows(p.get(), ds.get(), shapes.heads * shapes.seq, shapes.seq, scale);
+      if (q.node()) {  // dQ = dS K
+        auto dq = q.node()->make_full(T(0));
+        Dev::gemm(shapes.apply(false), T(1), ds.get(), k.data(), T(0), dq.data());
+        q.node()->accumulate(dq);
+      }
+      if (k.node()) {  // dK = dS^T Q
+        auto dk = k.node()->make_full(T(0));
+        Dev::gemm(shapes.apply(true), T(1), ds.get(), q.data(), T(0), dk.data());
+        k.node()->accumulate(dk);
+      }
     });
   }
   return out;

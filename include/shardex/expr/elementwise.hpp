@@ -10,6 +10,7 @@
 /// `add_bias(x, b)` is the same node with `b` broadcast along x's last dim.
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <optional>
 #include <span>
@@ -18,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shardex/device/fused_program.hpp"
 #include "shardex/expr/elementwise_ops.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
@@ -139,6 +141,16 @@ struct FusedLeaf {
     if (grad) t.node()->accumulate(*grad);
     grad.reset();
   }
+  /// Appends this leaf to `p` (a device pass); returns its slot.
+  int emit(FusedProgram<T>& p) const {
+    const int l = p.n_leaves++;
+    p.leaf[l] = t.data();
+    p.leaf_grad[l] = grad ? grad->data() : nullptr;
+    p.leaf_mod[l] = mod;
+    p.instr[p.n_instrs] = FusedInstr{ops::OpCode::leaf, 0, 0, l, 1.0};
+    return p.n_instrs++;
+  }
+  static constexpr int leaves = 1, instrs = 1;
   void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
     const std::shared_ptr<autodiff::Node> n = t.node();
     if (n && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
@@ -212,6 +224,15 @@ struct FusedNode {
       b.backprop(i, gb);
     }
   }
+  /// Appends the operands, then this node, to `p`; returns its slot.
+  int emit(FusedProgram<T>& p) const {
+    const auto slots = std::apply([&](const auto&... a) { return std::array<int, sizeof...(B)>{a.emit(p)...}; }, args);
+    FusedInstr in{Op::code, slots[0], slots[sizeof...(B) - 1], 0, 1.0};
+    if constexpr (requires { op.alpha; }) in.alpha = op.alpha;
+    p.instr[p.n_instrs] = in;
+    return p.n_instrs++;
+  }
+  static constexpr int leaves = (B::leaves + ...), instrs = 1 + (B::instrs + ...);
   void prepare() { std::apply([](auto&... a) { (a.prepare(), ...); }, args); }
   void flush() { std::apply([](auto&... a) { (a.flush(), ...); }, args); }
   void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
@@ -248,22 +269,39 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   using T = typename Elementwise<Op, Args...>::value_type;
   using L = typename Elementwise<Op, Args...>::layout_type;
   using Dev = typename Elementwise<Op, Args...>::device_type;
-  static_assert(std::same_as<Dev, Host>, "shardex: fused element-wise evaluation runs on the Host device");
   auto tree = detail::bind(e);
+  using Tree = decltype(tree);
+  // A device pass interprets the tree as a FusedProgram, which has room for
+  // so many instructions: a longer tree is a compile error, not a surprise.
+  static_assert(Dev::fused_on_host || (Tree::instrs <= FusedProgram<T>::max_instrs && Tree::leaves <= FusedProgram<T>::max_leaves),
+                "shardex: this element-wise expression is too long to fuse into one GPU pass (at most 32 operations "
+                "and 16 operands); assign a part of it to a Tensor first");
   auto out = Tensor<T, L, Dev>::zeros(e.comm(), e.shape(), e.mapping());
   // add_bias(x, b) is an Add whose last operand is broadcast: name it as the user wrote it.
   constexpr const char* name =
       detail::is_broadcast<std::tuple_element_t<sizeof...(Args) - 1, std::tuple<Args...>>>::value ? "add_bias" : Op::name;
   tree.check(out, name, " on rank " + std::to_string(out.rank()));
-  T* y = out.data();
-  for (std::int64_t i = 0, n = out.size(); i < n; ++i) y[i] = tree.value(i);
+  if constexpr (Dev::fused_on_host) {
+    T* y = out.data();
+    for (std::int64_t i = 0, n = out.size(); i < n; ++i) y[i] = tree.value(i);
+  } else {
+    FusedProgram<T> program;
+    tree.emit(program);
+    Dev::fused_forward(program, out.data(), out.size());
+  }
   std::vector<std::shared_ptr<autodiff::Node>> inputs;
   tree.collect(inputs);
   if (!inputs.empty())
     out.record(name, std::move(inputs), [tree](const Tensor<T, dual_t<L>, Dev>& g) mutable {
       tree.prepare();
-      const T* gy = g.data();
-      for (std::int64_t i = 0, n = g.size(); i < n; ++i) tree.backprop(i, gy[i]);
+      if constexpr (Dev::fused_on_host) {
+        const T* gy = g.data();
+        for (std::int64_t i = 0, n = g.size(); i < n; ++i) tree.backprop(i, gy[i]);
+      } else {
+        FusedProgram<T> program;
+        tree.emit(program);
+        Dev::fused_backward(program, g.data(), g.size());
+      }
       tree.flush();
     });
   return out;

@@ -50,28 +50,6 @@ auto matmul(const A& a, const B& b) {
 
 namespace detail {
 
-/// c (m x n) = op(a) op(b), row-major local blocks; `ta`/`tb` transpose.
-template <class T>
-void gemm(const T* a, const T* b, T* c, std::int64_t m, std::int64_t k, std::int64_t n, bool ta, bool tb, bool accumulate) {
-  using M = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const Eigen::Index em = m, ek = k, en = n;
-  Eigen::Map<M> C(c, em, en);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate) C.setZero();
-    return;
-  }
-  const auto run = [&](const auto& A, const auto& B) {
-    if (accumulate) C.noalias() += A * B;
-    else C.noalias() = A * B;
-  };
-  Eigen::Map<const M> A(a, ta ? ek : em, ta ? em : ek), B(b, tb ? en : ek, tb ? ek : en);
-  if (ta && tb) run(A.transpose(), B.transpose());
-  else if (ta) run(A.transpose(), B);
-  else if (tb) run(A, B.transpose());
-  else run(A, B);
-}
-
 template <class X>
 void check_2d(const X& x, const char* which, const std::string& where) {
   if (x.local_shape().rank() != 2)
@@ -85,7 +63,6 @@ auto evaluate(const MatMul<A, B>& e) {
   using T = typename MatMul<A, B>::value_type;
   using L = typename MatMul<A, B>::layout_type;
   using Dev = typename MatMul<A, B>::device_type;
-  static_assert(std::same_as<Dev, Host>, "shardex::matmul runs on the Host device through Eigen");
   auto a = eval(e.lhs());
   auto b = eval(e.rhs());
   const std::string where = " on rank " + std::to_string(a.rank());
@@ -105,7 +82,7 @@ auto evaluate(const MatMul<A, B>& e) {
                            ", b is " + b.describe() + (a.shape()[1] == b.shape()[0] ? split : ""));
   const std::int64_t m = a.local_shape()[0], k = a.local_shape()[1], n = b.local_shape()[1];
   auto out = Tensor<T, L, Dev>::zeros(a.comm(), e.shape(), e.mapping());
-  detail::gemm(a.data(), b.data(), out.data(), m, k, n, false, false, false);
+  Dev::gemm(GemmShape::plain(m, k, n), T(1), a.data(), b.data(), T(0), out.data());
   if (a.node() || b.node()) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;
     if (a.node()) inputs.push_back(a.node());
@@ -115,12 +92,12 @@ auto evaluate(const MatMul<A, B>& e) {
     out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
       if (a.node()) {  // da = g b^T, layout dual(A)
         auto da = a.node()->make_full(T(0));
-        detail::gemm(g.data(), b.data(), da.data(), m, n, k, false, true, false);
+        Dev::gemm(GemmShape::plain(m, n, k, false, true), T(1), g.data(), b.data(), T(0), da.data());
         a.node()->accumulate(da);
       }
       if (b.node()) {  // db = a^T g, layout dual(B)
         auto db = b.node()->make_full(T(0));
-        detail::gemm(a.data(), g.data(), db.data(), k, m, n, true, false, false);
+        Dev::gemm(GemmShape::plain(k, m, n, true, false), T(1), a.data(), g.data(), T(0), db.data());
         b.node()->accumulate(db);
       }
     });

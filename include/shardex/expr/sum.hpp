@@ -77,19 +77,11 @@ auto evaluate(const Sum<E, K>& e) {
   }
   auto out = Tensor<T, L, Dev>::zeros(x.comm(), e.shape(), e.mapping());
   const DimView v = K < 0 ? DimView{1, x.size(), 1} : DimView::of(x.local_shape(), K < 0 ? 0 : K);
-  const T* in = x.data();
-  T* y = out.data();
-  for (std::int64_t o = 0; o < v.outer; ++o)
-    for (std::int64_t j = 0; j < v.extent; ++j)
-      for (std::int64_t i = 0; i < v.inner; ++i) y[o * v.inner + i] += in[(o * v.extent + j) * v.inner + i];
+  Dev::sum_middle(x.data(), out.data(), v.outer, v.extent, v.inner);
   if (x.node())
     out.record(K < 0 ? "sum" : "sum_dim", {x.node()}, [in_node = x.node(), v](const Tensor<T, dual_t<L>, Dev>& g) {
       auto gx = in_node->make_full(T(0));
-      T* d = gx.data();
-      const T* gy = g.data();
-      for (std::int64_t o = 0; o < v.outer; ++o)
-        for (std::int64_t j = 0; j < v.extent; ++j)
-          for (std::int64_t i = 0; i < v.inner; ++i) d[(o * v.extent + j) * v.inner + i] = gy[o * v.inner + i];
+      Dev::broadcast_middle(g.data(), gx.data(), v.outer, v.extent, v.inner);
       in_node->accumulate(gx);
     });
   return out;

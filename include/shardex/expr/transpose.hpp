@@ -39,14 +39,6 @@ auto transpose(const E& x) {
   return Transpose<E>(x);
 }
 
-namespace detail {
-template <class T>
-void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-}
-}  // namespace detail
-
 template <TensorExpr E>
 auto evaluate(const Transpose<E>& e) {
   using T = typename E::value_type;
@@ -58,11 +50,11 @@ auto evaluate(const Transpose<E>& e) {
                            x.describe());
   auto out = Tensor<T, L, Dev>::zeros(x.comm(), e.shape(), e.mapping());
   const std::int64_t rows = x.local_shape()[0], cols = x.local_shape()[1];
-  detail::transpose_2d(x.data(), out.data(), rows, cols);
+  Dev::transpose_2d(x.data(), out.data(), rows, cols);
   if (x.node())
     out.record("transpose", {x.node()}, [in = x.node(), rows, cols](const Tensor<T, dual_t<L>, Dev>& g) {
       auto gx = in->make_full(T(0));
-      detail::transpose_2d(g.data(), gx.data(), cols, rows);
+      Dev::transpose_2d(g.data(), gx.data(), cols, rows);
       in->accumulate(gx);
     });
   return out;

@@ -1,9 +1,10 @@
 #pragma once
 /// @file
 /// @brief The `Host` device: tensors in host memory, local math through Eigen,
-/// communication through MPI. Also the device-side primitives every lowering
-/// plan needs (allocate, zero, copy a block of a strided array); the Cuda
-/// device provides the same set with kernels.
+/// communication through MPI. A model of `Device` (device/device.hpp): the
+/// primitives every lowering plan needs (allocate, zero, copy a block of a
+/// strided array) and the local math of the expression nodes; the Cuda device
+/// provides the same set with cuBLAS and kernels.
 
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <memory>
 
 #include "shardex/backend/mpi/communicator.hpp"
+#include "shardex/device/device.hpp"
 #include "shardex/device/host/eigen.hpp"
 
 namespace shardex {
@@ -18,6 +20,8 @@ namespace shardex {
 struct Host {
   using communicator = mpi::Communicator;
   static constexpr const char* name = "host";
+  /// Fused element-wise trees run as an inlined template loop.
+  static constexpr bool fused_on_host = true;
 
   /// Zero-initialized storage of n elements.
   template <class T>
@@ -62,7 +66,77 @@ struct Host {
       std::memcpy(dst + (o * dst_extent + dst_off) * inner, src + (o * src_extent + src_off) * inner,
                   static_cast<std::size_t>(row) * sizeof(T));
   }
+
+  /// Batched row-major products through Eigen (see GemmShape).
+  template <class T>
+  static void gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c);
+
+  /// out (cols x rows) = in (rows x cols) transposed.
+  template <class T>
+  static void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+
+  /// out (outer, inner) = the sum over the middle dim of in (outer, extent, inner).
+  template <class T>
+  static void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
+    std::fill(out, out + outer * inner, T(0));
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t j = 0; j < extent; ++j)
+        for (std::int64_t i = 0; i < inner; ++i) out[o * inner + i] += in[(o * extent + j) * inner + i];
+  }
+
+  /// out (outer, extent, inner) = g (outer, inner) repeated along the middle dim.
+  template <class T>
+  static void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t j = 0; j < extent; ++j)
+        std::copy(g + o * inner, g + (o + 1) * inner, out + (o * extent + j) * inner);
+  }
+
+  /// Each row of s (rows x cols) replaced by its softmax.
+  template <class T>
+  static void softmax_rows(T* s, std::int64_t rows, std::int64_t cols) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      auto row = host::ArrayMap<T>(s + r * cols, static_cast<Eigen::Index>(cols));
+      if (cols == 0) continue;
+      row = (row - row.maxCoeff()).exp();
+      row /= row.sum();
+    }
+  }
+
+  /// The adjoint of softmax_rows, scaled: dp <- scale * p * (dp - rowsum(dp * p)).
+  template <class T>
+  static void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto P = host::ConstArrayMap<T>(p + r * cols, static_cast<Eigen::Index>(cols));
+      auto D = host::ArrayMap<T>(dp + r * cols, static_cast<Eigen::Index>(cols));
+      const T dot = (D * P).sum();
+      D = scale * P * (D - dot);
+    }
+  }
 };
+
+template <class T>
+void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+  using M = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Stride = Eigen::OuterStride<>;
+  const auto ix = [](std::int64_t v) { return static_cast<Eigen::Index>(v); };
+  if (g.m == 0 || g.n == 0) return;
+  for (std::int64_t i = 0; i < g.batch; ++i) {
+    Eigen::Map<M, 0, Stride> C(c + i * g.stride_c, ix(g.m), ix(g.n), Stride(ix(g.ldc)));
+    if (beta == T(0)) C.setZero();
+    else if (beta != T(1)) C *= beta;
+    if (g.k == 0) continue;
+    Eigen::Map<const M, 0, Stride> A(a + i * g.stride_a, ix(g.ta ? g.k : g.m), ix(g.ta ? g.m : g.k), Stride(ix(g.lda)));
+    Eigen::Map<const M, 0, Stride> B(b + i * g.stride_b, ix(g.tb ? g.n : g.k), ix(g.tb ? g.k : g.n), Stride(ix(g.ldb)));
+    if (g.ta && g.tb) C.noalias() += alpha * A.transpose() * B.transpose();
+    else if (g.ta) C.noalias() += alpha * A.transpose() * B;
+    else if (g.tb) C.noalias() += alpha * A * B.transpose();
+    else C.noalias() += alpha * A * B;
+  }
+}
 
 template <class T>
 T Host::sum(const T* x, std::int64_t n) {
