@@ -16,27 +16,27 @@
 
 using namespace shardex;
 
-template <class T>
+template <class T, class Dev = Host>
 struct UlyssesAttention {
   std::int64_t heads, dh;
   std::vector<std::int64_t> seq_lens, head_lens;
-  Tensor<T, Invariant> wq, wk, wv, wo;  // (hidden, hidden)
+  Tensor<T, Invariant, Dev> wq, wk, wv, wo;  // (hidden, hidden)
 
-  UlyssesAttention(const mpi::Communicator& comm, std::int64_t heads_, std::int64_t dh_, std::vector<std::int64_t> seq,
+  UlyssesAttention(const typename Dev::communicator& comm, std::int64_t heads_, std::int64_t dh_, std::vector<std::int64_t> seq,
                    std::vector<std::int64_t> hl, std::uint64_t seed)
       : heads(heads_), dh(dh_), seq_lens(std::move(seq)), head_lens(std::move(hl)),
         wq(init(comm, seed)), wk(init(comm, seed + 1)), wv(init(comm, seed + 2)), wo(init(comm, seed + 3)) {}
 
-  Tensor<T, Invariant> init(const mpi::Communicator& comm, std::uint64_t seed) const {
+  Tensor<T, Invariant, Dev> init(const typename Dev::communicator& comm, std::uint64_t seed) const {
     const std::int64_t hidden = heads * dh;
-    return Tensor<T, Invariant>::normal(comm, {hidden, hidden}, seed, T(0), T(1 / std::sqrt(double(hidden))));
+    return example::normal<Dev, T, Invariant>(comm, {hidden, hidden}, seed, T(0), T(1 / std::sqrt(double(hidden))));
   }
   void trainable() { wq.requires_grad(), wk.requires_grad(), wv.requires_grad(), wo.requires_grad(); }
 
   // x: (seq, hidden), each rank its positions.
-  Tensor<T, Sharded<0>> operator()(const Tensor<T, Sharded<0>>& x) const {
+  Tensor<T, Sharded<0>, Dev> operator()(const Tensor<T, Sharded<0>, Dev>& x) const {
     const std::int64_t seq = x.shape()[0];
-    const auto by_head = [&](const Tensor<T, Invariant>& w) {  // S(0) (seq, heads, dh) -> S(1)
+    const auto by_head = [&](const Tensor<T, Invariant, Dev>& w) {  // S(0) (seq, heads, dh) -> S(1)
       return all_to_all<Sharded<1>>(reshape(matmul(x, replicate(w)), {seq, heads, dh}), head_lens);
     };
     auto o = attention(by_head(wq), by_head(wk), by_head(wv));                  // local per head: S(1)
@@ -45,31 +45,31 @@ struct UlyssesAttention {
   }
 };
 
-template <class T>
-example::Run<T> train(const mpi::Communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& seq_lens,
+template <class T, class Dev>
+example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& seq_lens,
              const std::vector<std::int64_t>& head_lens, bool report) {
   const std::int64_t seq = f.integer("seq"), heads = f.integer("heads"), dh = f.integer("dh");
   const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
-  const UlyssesAttention<T> teacher(comm, heads, dh, seq_lens, head_lens, seed + 100);
-  UlyssesAttention<T> model(comm, heads, dh, seq_lens, head_lens, seed);
+  const UlyssesAttention<T, Dev> teacher(comm, heads, dh, seq_lens, head_lens, seed + 100);
+  UlyssesAttention<T, Dev> model(comm, heads, dh, seq_lens, head_lens, seed);
   model.trainable();
   example::Run<T> run;
   for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = Tensor<T, Sharded<0>>::normal(comm, {seq, heads * dh}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1),
+    auto x = example::normal<Dev, T, Sharded<0>>(comm, {seq, heads * dh}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1),
                                            layout_mapping<Sharded<0>>(seq_lens));
-    Tensor<T, Sharded<0>> target = teacher(x);
-    Tensor<T, Sharded<0>> y = model(x);
+    Tensor<T, Sharded<0>, Dev> target = teacher(x);
+    Tensor<T, Sharded<0>, Dev> y = model(x);
     auto d = y - target;
-    Tensor<T, Invariant> loss = all_reduce<Invariant>(sum(d * d) / double(2 * seq));
+    Tensor<T, Invariant, Dev> loss = all_reduce<Invariant>(sum(d * d) / double(2 * seq));
     backward(loss);
-    run.losses.push_back(double(loss.data()[0]));
+    run.losses.push_back(example::value(loss));
     if (step + 1 == steps) {
-      run.last = {{"output", eager::all_gather<Invariant>(y.detach())},
-                  {"dWq", model.wq.grad().clone()},
-                  {"dWk", model.wk.grad().clone()},
-                  {"dWv", model.wv.grad().clone()},
-                  {"dWo", model.wo.grad().clone()}};
+      run.last = {{"output", example::on_host(eager::all_gather<Invariant>(y.detach()))},
+                  {"dWq", example::on_host(model.wq.grad().clone())},
+                  {"dWk", example::on_host(model.wk.grad().clone())},
+                  {"dWv", example::on_host(model.wv.grad().clone())},
+                  {"dWo", example::on_host(model.wo.grad().clone())}};
     }
     sgd_step(f.real("lr"), model.wq, model.wk, model.wv, model.wo);
     if (report) example::print_step(comm, step, run.losses.back(), t0);
@@ -77,15 +77,15 @@ example::Run<T> train(const mpi::Communicator& comm, const example::Flags& f, co
   return run;
 }
 
-template <class T>
+template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const example::Flags& f) {
   const auto seq_lens = example::split(f.integer("seq"), f.str("speeds"), comm.size());
   const auto head_lens = example::split(f.integer("heads"), f.str("speeds"), comm.size());
   if (comm.rank() == 0)
     std::cout << "alltoall_attention: " << comm.size() << " ranks, sequence lengths " << to_string(seq_lens)
               << ", heads per rank " << to_string(head_lens) << ", " << dtype_name<T>() << "\n";
-  const auto sharded = train<T>(comm, f, seq_lens, head_lens, true);
-  const auto whole = train<T>(comm.split(comm.rank(), 0), f, {f.integer("seq")}, {f.integer("heads")}, false);
+  const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, seq_lens, head_lens, true);
+  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("seq")}, {f.integer("heads")}, false);
   return example::verdict(comm, sharded, whole, f.integer("batches"));
 }
 
@@ -93,5 +93,5 @@ int main(int argc, char** argv) {
   return example::main(argc, argv, "alltoall_attention: sequence-sharded attention through head-sharding all_to_alls",
                        {{"seq", "16"}, {"heads", "6"}, {"dh", "4"}, {"steps", "20"}, {"batches", "4"}, {"lr", "0.5"}, {"seed", "1"},
                         {"dtype", "double"}, {"speeds", ""}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t) { return compare<decltype(t)>(comm, f); });
+                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
 }

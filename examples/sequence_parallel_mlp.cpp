@@ -16,56 +16,56 @@
 
 using namespace shardex;
 
-template <class T>
+template <class T, class Dev = Host>
 struct SequenceParallelMlp {
   std::vector<std::int64_t> tokens;  // the sequence split
-  Tensor<T, Sharded<1>> A;           // (hidden, ffn): column-parallel
-  Tensor<T, Sharded<0>> a;           // (ffn)
-  Tensor<T, Sharded<0>> B;           // (ffn, hidden): row-parallel
-  Tensor<T, Invariant> b;            // (hidden)
+  Tensor<T, Sharded<1>, Dev> A;           // (hidden, ffn): column-parallel
+  Tensor<T, Sharded<0>, Dev> a;           // (ffn)
+  Tensor<T, Sharded<0>, Dev> B;           // (ffn, hidden): row-parallel
+  Tensor<T, Invariant, Dev> b;            // (hidden)
 
-  SequenceParallelMlp(const mpi::Communicator& comm, std::int64_t hidden, std::int64_t ffn, const std::vector<std::int64_t>& ffn_lens,
+  SequenceParallelMlp(const typename Dev::communicator& comm, std::int64_t hidden, std::int64_t ffn, const std::vector<std::int64_t>& ffn_lens,
                       std::vector<std::int64_t> token_lens, std::uint64_t seed)
       : tokens(std::move(token_lens)),
-        A(Tensor<T, Sharded<1>>::normal(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))), layout_mapping<Sharded<1>>(ffn_lens))),
-        a(Tensor<T, Sharded<0>>::normal(comm, {ffn}, seed + 1, T(0), T(0.1), layout_mapping<Sharded<0>>(ffn_lens))),
-        B(Tensor<T, Sharded<0>>::normal(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))), layout_mapping<Sharded<0>>(ffn_lens))),
-        b(Tensor<T, Invariant>::normal(comm, {hidden}, seed + 3, T(0), T(0.1))) {}
+        A(example::normal<Dev, T, Sharded<1>>(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))), layout_mapping<Sharded<1>>(ffn_lens))),
+        a(example::normal<Dev, T, Sharded<0>>(comm, {ffn}, seed + 1, T(0), T(0.1), layout_mapping<Sharded<0>>(ffn_lens))),
+        B(example::normal<Dev, T, Sharded<0>>(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))), layout_mapping<Sharded<0>>(ffn_lens))),
+        b(example::normal<Dev, T, Invariant>(comm, {hidden}, seed + 3, T(0), T(0.1))) {}
 
   void trainable() { A.requires_grad(), a.requires_grad(), B.requires_grad(), b.requires_grad(); }
 
   // x: (tokens, hidden), each rank its tokens.
-  Tensor<T, Sharded<0>> operator()(const Tensor<T, Sharded<0>>& x) const {
+  Tensor<T, Sharded<0>, Dev> operator()(const Tensor<T, Sharded<0>, Dev>& x) const {
     auto h = gelu(add_bias(matmul(all_gather(x), A), a));                            // R x S(1) -> S(1)
     return add_bias(reduce_scatter<Sharded<0>>(matmul(h, B), tokens), replicate(b));  // P -> S(0), + b
   }
 };
 
-template <class T>
-example::Run<T> train(const mpi::Communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& ffn_lens,
+template <class T, class Dev>
+example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& ffn_lens,
              const std::vector<std::int64_t>& token_lens, bool report) {
   const std::int64_t tokens = f.integer("tokens"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
   const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
-  const SequenceParallelMlp<T> teacher(comm, hidden, ffn, ffn_lens, token_lens, seed + 100);
-  SequenceParallelMlp<T> model(comm, hidden, ffn, ffn_lens, token_lens, seed);
+  const SequenceParallelMlp<T, Dev> teacher(comm, hidden, ffn, ffn_lens, token_lens, seed + 100);
+  SequenceParallelMlp<T, Dev> model(comm, hidden, ffn, ffn_lens, token_lens, seed);
   model.trainable();
   example::Run<T> run;
   const layout_mapping<Sharded<0>> by_token(token_lens);
   for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = Tensor<T, Sharded<0>>::normal(comm, {tokens, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1), by_token);
-    Tensor<T, Sharded<0>> target = teacher(x);
-    Tensor<T, Sharded<0>> y = model(x);
+    auto x = example::normal<Dev, T, Sharded<0>>(comm, {tokens, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1), by_token);
+    Tensor<T, Sharded<0>, Dev> target = teacher(x);
+    Tensor<T, Sharded<0>, Dev> y = model(x);
     auto d = y - target;
-    Tensor<T, Invariant> loss = all_reduce<Invariant>(sum(d * d) / double(2 * tokens));  // S -> P -> I: the total
+    Tensor<T, Invariant, Dev> loss = all_reduce<Invariant>(sum(d * d) / double(2 * tokens));  // S -> P -> I: the total
     backward(loss);
-    run.losses.push_back(double(loss.data()[0]));
+    run.losses.push_back(example::value(loss));
     if (step + 1 == steps) {
-      run.last = {{"output", eager::all_gather<Invariant>(y.detach())},
-                  {"dA", eager::all_gather<Invariant>(model.A.grad())},
-                  {"da", eager::all_gather<Invariant>(model.a.grad())},
-                  {"dB", eager::all_gather<Invariant>(model.B.grad())},
-                  {"db", model.b.grad().clone()}};
+      run.last = {{"output", example::on_host(eager::all_gather<Invariant>(y.detach()))},
+                  {"dA", example::on_host(eager::all_gather<Invariant>(model.A.grad()))},
+                  {"da", example::on_host(eager::all_gather<Invariant>(model.a.grad()))},
+                  {"dB", example::on_host(eager::all_gather<Invariant>(model.B.grad()))},
+                  {"db", example::on_host(model.b.grad().clone())}};
     }
     sgd_step(f.real("lr"), model.A, model.a, model.B, model.b);
     if (report) example::print_step(comm, step, run.losses.back(), t0);
@@ -73,15 +73,15 @@ example::Run<T> train(const mpi::Communicator& comm, const example::Flags& f, co
   return run;
 }
 
-template <class T>
+template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const example::Flags& f) {
   const auto ffn_lens = example::split(f.integer("ffn"), f.str("speeds"), comm.size());
   const auto token_lens = example::split(f.integer("tokens"), f.str("speeds"), comm.size());
   if (comm.rank() == 0)
     std::cout << "sequence_parallel_mlp: " << comm.size() << " ranks, token lengths " << to_string(token_lens)
               << ", ffn lengths " << to_string(ffn_lens) << ", " << dtype_name<T>() << "\n";
-  const auto sharded = train<T>(comm, f, ffn_lens, token_lens, true);
-  const auto whole = train<T>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, {f.integer("tokens")}, false);
+  const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, ffn_lens, token_lens, true);
+  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, {f.integer("tokens")}, false);
   return example::verdict(comm, sharded, whole, f.integer("batches"));
 }
 
@@ -89,5 +89,5 @@ int main(int argc, char** argv) {
   return example::main(argc, argv, "sequence_parallel_mlp: the Megatron MLP with sequence parallelism",
                        {{"tokens", "24"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "0.05"}, {"seed", "1"},
                         {"dtype", "double"}, {"speeds", ""}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t) { return compare<decltype(t)>(comm, f); });
+                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
 }

@@ -13,6 +13,7 @@
 #include "shardex/core/shape.hpp"                 // IWYU pragma: export
 #include "shardex/device/format.hpp"              // IWYU pragma: export
 #include "shardex/device/tensor.hpp"              // IWYU pragma: export
+#include "shardex/device/transfer.hpp"            // IWYU pragma: export
 #include "shardex/expr/elementwise.hpp"           // IWYU pragma: export
 #include "shardex/expr/explain.hpp"               // IWYU pragma: export
 #include "shardex/expr/expression.hpp"            // IWYU pragma: export

@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#if defined(SHARDEX_WITH_GPU)
+#include <shardex/cuda.hpp>
+#else
 #include <shardex.hpp>
+#endif
 
 namespace example {
 
@@ -80,8 +84,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 /// "step   3  loss 0.123456  time 0.52 ms" on rank 0.
-inline void print_step(const shardex::mpi::Communicator& comm, std::int64_t step, double loss,
-                       std::chrono::steady_clock::time_point t0) {
+template <class Comm>
+void print_step(const Comm& comm, std::int64_t step, double loss, std::chrono::steady_clock::time_point t0) {
   if (comm.rank() != 0) return;
   std::cout << "step " << std::setw(3) << step << "  loss " << std::setprecision(6) << std::fixed << loss << "  time "
             << std::setprecision(2) << seconds_since(t0) * 1e3 << " ms\n"
@@ -91,6 +95,40 @@ inline void print_step(const shardex::mpi::Communicator& comm, std::int64_t step
 }  // namespace example
 
 namespace example {
+
+// ---- the device a model runs on (--backend mpi: Host; --backend nccl: Cuda) ----
+
+/// The communicator of Dev's backend over the ranks of `comm`.
+template <class Dev>
+typename Dev::communicator device_comm(const shardex::mpi::Communicator& comm) {
+  if constexpr (std::same_as<Dev, shardex::Host>) return comm;
+#if defined(SHARDEX_WITH_GPU)
+  else return shardex::nccl::Communicator::create(comm);
+#endif
+}
+
+/// Normal numbers drawn on the host (the same numbers whatever the device, so
+/// a GPU run can be compared with the host run), then moved to Dev.
+template <class Dev, class T, shardex::LayoutTag L>
+shardex::Tensor<T, L, Dev> normal(const typename Dev::communicator& comm, const shardex::Shape& global, std::uint64_t seed,
+                                  T mean = T(0), T stddev = T(1), shardex::layout_mapping<L> m = {}) {
+  auto h = shardex::Tensor<T, L>::normal(shardex::detail::control_of(comm), global, seed, mean, stddev, std::move(m));
+  if constexpr (std::same_as<Dev, shardex::Host>) return h;
+  else return shardex::to<Dev>(h, comm);
+}
+
+/// x on the host, outside the graph.
+template <class T, shardex::LayoutTag L, class Dev>
+shardex::Tensor<T, L> on_host(const shardex::Tensor<T, L, Dev>& x) {
+  if constexpr (std::same_as<Dev, shardex::Host>) return x.detach();
+  else return shardex::to<shardex::Host>(x.detach());
+}
+
+/// The value of a one-element tensor (a loss), on the host.
+template <class T, shardex::LayoutTag L, class Dev>
+double value(const shardex::Tensor<T, L, Dev>& x) {
+  return double(on_host(x).data()[0]);
+}
 
 /// The training data cycles through `batches` fixed batches; the mean loss of
 /// the first pass over them against that of the last says whether it learned.
@@ -148,18 +186,34 @@ int with_dtype(const Flags& f, F&& body) {
   throw std::invalid_argument("--dtype must be float or double");
 }
 
-/// The examples' main: MPI, flags, --help, errors as messages on stderr.
+/// The examples' main: MPI, flags (plus --backend), --help, errors as
+/// messages on stderr. `body(comm, flags, T{}, Dev{})` runs with the element
+/// type of --dtype and the device of --backend (mpi: Host; nccl: Cuda, or exit
+/// code 77, a skip, when this machine cannot run NCCL, saying why).
 template <class F>
 int main(int argc, char** argv, const char* about, std::map<std::string, std::string> defaults, F&& body) {
   shardex::mpi::Environment env(argc, argv);
   const auto comm = shardex::mpi::Communicator::world();
+  defaults.emplace("backend", "mpi");
   try {
     const Flags f(argc, argv, std::move(defaults));
     if (f.help()) {
       if (comm.rank() == 0) std::cout << about << f.usage() << "\n";
       return 0;
     }
-    return with_dtype(f, [&](auto t) { return body(comm, f, t); });
+    const std::string backend = f.str("backend");
+    if (backend == "mpi") return with_dtype(f, [&](auto t) { return body(comm, f, t, shardex::Host{}); });
+    if (backend != "nccl") throw std::invalid_argument("--backend must be mpi or nccl, not " + backend);
+#if defined(SHARDEX_WITH_GPU)
+    if (const std::string why = shardex::nccl::unavailable_reason(comm); !why.empty()) {
+      if (comm.rank() == 0) std::cout << about << ": --backend nccl skipped: " << why << "\n";
+      return 77;
+    }
+    return with_dtype(f, [&](auto t) { return body(comm, f, t, shardex::Cuda{}); });
+#else
+    throw std::invalid_argument("--backend nccl: this build has no GPU backend (nvcc, cuBLAS or NCCL were not found when "
+                                "it was configured, or -Dcuda=disabled)");
+#endif
   } catch (const std::exception& e) {
     std::cerr << about << " (rank " << comm.rank() << "): " << e.what() << "\n";
     return 2;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "shardex/backend/mpi/communicator.hpp"
@@ -16,6 +17,9 @@ inline const mpi::Communicator& world() {
   static const mpi::Communicator comm = mpi::Communicator::world();
   return comm;
 }
+
+/// Why this test program cannot run here; empty when it can (see mpi_main.cpp).
+std::string skip_reason();
 
 /// True on every rank iff `ok` is true on every rank. Use it before leaving a
 /// test case early: a rank that leaves alone would leave its peers waiting in

@@ -38,10 +38,21 @@ struct StatsListener : doctest::IReporter {
 
 DOCTEST_REGISTER_LISTENER("shardex_stats", 1, StatsListener);
 
+namespace shardex::test {
+/// Why this test program cannot run here (empty: it can). A program that needs
+/// something the machine may lack (a GPU) defines its own; this weak default
+/// says every program can run.
+__attribute__((weak)) std::string skip_reason() { return {}; }
+}  // namespace shardex::test
+
 int main(int argc, char** argv) {
   shardex::mpi::Environment env(argc, argv);
   const auto& comm = shardex::test::world();
   const int rank = comm.rank(), size = comm.size();
+  if (const std::string why = shardex::test::skip_reason(); !why.empty()) {
+    if (rank == 0) std::cout << "SKIP: " << why << std::endl;
+    return 77;  // Meson's skip code; mpirun passes it on when every rank returns it
+  }
 
   doctest::Context ctx;
   ctx.setOption("no-colors", true);  // the report is captured and re-printed, not a terminal

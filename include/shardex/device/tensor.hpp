@@ -140,17 +140,20 @@ public:
         std::move(m));
   }
 
-  /// From each rank's local part, copied. Collective: all ranks call it, and
+  /// From each rank's local part in host memory, copied (to the device's memory). Collective: all ranks call it, and
   /// all throw the same error if any rank's part does not fit (its extent along
   /// the sharded dim is not lengths[rank], the data size is not the shape's).
   static Tensor from_local(const communicator_type& comm, const Shape& local_shape, std::span<const T> local,
                            mapping_type m = {}) {
-    Tensor t = view_local(comm, local_shape, const_cast<T*>(local.data()), local.size(), std::move(m));
-    return t.clone();
+    // The checks of view_local, on a host pointer that is only looked at, then one upload.
+    const Tensor v = view_local(comm, local_shape, const_cast<T*>(local.data()), local.size(), std::move(m));
+    Tensor t = zeros(comm, v.shape(), v.mapping());
+    Device::upload(t.data(), local.data(), t.size());
+    return t;
   }
 
-  /// A view of each rank's local part in user memory (not owned; it must
-  /// outlive the tensor). Collective, with the checks of `from_local`.
+  /// A view of each rank's local part in user memory of the tensor's device
+  /// (not owned; it must outlive the tensor). Collective, with the checks of `from_local`.
   static Tensor view_local(const communicator_type& comm, const Shape& local_shape, T* data, std::size_t size,
                            mapping_type m = {}) {
     constexpr const char* op = "shardex::Tensor::from_local";

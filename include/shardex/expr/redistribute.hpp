@@ -133,15 +133,29 @@ struct route {
 
 }  // namespace detail
 
+namespace detail {
+/// A strategy named at compile time is checked against the backend of x's device.
+template <class X, class S>
+constexpr void check_strategy(S) {
+  if constexpr (is_strategy_constant<S>::value)
+    static_assert(S::value != Strategy::v_collective || X::device_type::communicator::has_v_collectives,
+                  "shardex: strategy::v_collective needs a backend with v collectives (MPI); this tensor's device "
+                  "communicates through a backend without them (NCCL): use strategy::padded, strategy::per_root, "
+                  "strategy::send_recv or strategy::automatic");
+}
+}  // namespace detail
+
 /// Any layout to any other. `to` carries run-time lengths for a target with
 /// dynamic lengths; `s` picks the lowering of the collective it runs.
-template <LayoutTag To, TensorExpr E>
-auto redistribute(const E& x, layout_mapping<To> to = {}, Strategy s = Strategy::automatic) {
+template <LayoutTag To, TensorExpr E, StrategyLike S = Strategy>
+auto redistribute(const E& x, layout_mapping<To> to = {}, S s = Strategy::automatic) {
+  detail::check_strategy<E>(s);
   return Redistribute<E, To>(x, std::move(to), s, "redistribute");
 }
-template <ShardedLayout To, TensorExpr E>
+template <ShardedLayout To, TensorExpr E, StrategyLike S = Strategy>
   requires(!To::has_static_lengths)
-auto redistribute(const E& x, std::vector<std::int64_t> lengths, Strategy s = Strategy::automatic) {
+auto redistribute(const E& x, std::vector<std::int64_t> lengths, S s = Strategy::automatic) {
+  detail::check_strategy<E>(s);
   return Redistribute<E, To>(x, layout_mapping<To>(std::move(lengths)), s, "redistribute");
 }
 
@@ -183,9 +197,11 @@ auto evaluate(const Redistribute<E, To>& r) {
 template <class X>
 using layout_of = typename X::layout_type;
 
+
 /// Sharded -> Replicated (default) or Invariant: every rank gets the whole tensor.
-template <LayoutTag To = Replicated, TensorExpr X>
-auto all_gather(const X& x, Strategy s = Strategy::automatic) {
+template <LayoutTag To = Replicated, TensorExpr X, StrategyLike S = Strategy>
+auto all_gather(const X& x, S s = Strategy::automatic) {
+  detail::check_strategy<X>(s);
   static_assert(is_sharded_v<layout_of<X>>,
                 "shardex::all_gather(x) requires x to be Sharded<D, ...>: a Replicated or Invariant tensor is already "
                 "whole, and a Partial one needs all_reduce(x)");
@@ -194,17 +210,19 @@ auto all_gather(const X& x, Strategy s = Strategy::automatic) {
 }
 
 /// Partial -> Sharded<D, ...>: rank r gets its slice of the sum.
-template <ShardedLayout To, TensorExpr X>
+template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
   requires To::has_static_lengths
-auto reduce_scatter(const X& x, Strategy s = Strategy::automatic) {
+auto reduce_scatter(const X& x, S s = Strategy::automatic) {
+  detail::check_strategy<X>(s);
   static_assert(std::same_as<layout_of<X>, Partial>,
                 "shardex::reduce_scatter<Sharded<D, ...>>(x) requires x to be Partial; to shard a Replicated tensor "
                 "use slice, to reshard a Sharded one use all_to_all or redistribute");
   return Redistribute<X, To>(x, {}, s, "reduce_scatter");
 }
-template <ShardedLayout To, TensorExpr X>
+template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
   requires(!To::has_static_lengths)
-auto reduce_scatter(const X& x, std::vector<std::int64_t> lengths, Strategy s = Strategy::automatic) {
+auto reduce_scatter(const X& x, std::vector<std::int64_t> lengths, S s = Strategy::automatic) {
+  detail::check_strategy<X>(s);
   static_assert(std::same_as<layout_of<X>, Partial>,
                 "shardex::reduce_scatter<Sharded<D, ...>>(x) requires x to be Partial; to shard a Replicated tensor "
                 "use slice, to reshard a Sharded one use all_to_all or redistribute");
@@ -244,15 +262,17 @@ auto dynamic_slice(const X& x, Lengths&&... lengths) {
 }
 
 /// Sharded<C> -> Sharded<S>, C != S: the uneven all-to-all of DESIGN.md section 2.
-template <ShardedLayout To, TensorExpr X>
+template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
   requires To::has_static_lengths
-auto all_to_all(const X& x, Strategy s = Strategy::automatic) {
+auto all_to_all(const X& x, S s = Strategy::automatic) {
+  detail::check_strategy<X>(s);
   static_assert(is_sharded_v<layout_of<X>>, "shardex::all_to_all<Sharded<S, ...>>(x) requires x to be Sharded<C, ...>");
   return Redistribute<X, To>(x, {}, s, "all_to_all");
 }
-template <ShardedLayout To, TensorExpr X>
+template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
   requires(!To::has_static_lengths)
-auto all_to_all(const X& x, std::vector<std::int64_t> lengths, Strategy s = Strategy::automatic) {
+auto all_to_all(const X& x, std::vector<std::int64_t> lengths, S s = Strategy::automatic) {
+  detail::check_strategy<X>(s);
   static_assert(is_sharded_v<layout_of<X>>, "shardex::all_to_all<Sharded<S, ...>>(x) requires x to be Sharded<C, ...>");
   return Redistribute<X, To>(x, layout_mapping<To>(std::move(lengths)), s, "all_to_all");
 }

@@ -10,11 +10,12 @@
 /// `has_v_collectives` is true also provides `all_gather_v`,
 /// `reduce_scatter_v` and `all_to_all_v`.
 /// Laws: a count of 0 moves nothing; the rank's own piece needs no message.
-/// Models: `mpi::Communicator`.
+/// Models: `mpi::Communicator`, `nccl::Communicator`.
 ///
 /// **Concept `DeviceMemory`.** Minimal complete definition: `allocate<T>(n)`
-/// (zeroed), `fill`, `copy_block` (a block of an (outer, extent, inner) array).
-/// Models: `Host`.
+/// (zeroed), `fill`, `copy_block` (a block of an (outer, extent, inner) array),
+/// `upload` / `download` (n elements from / to host memory).
+/// Models: `Host`, `Cuda`.
 
 #include <concepts>
 #include <cstdint>
@@ -40,6 +41,8 @@ concept DeviceMemory = requires(float* p, const float* q, std::int64_t n) {
   { D::template allocate<float>(n) } -> std::convertible_to<std::shared_ptr<float[]>>;
   D::fill(p, n, 0.0f);
   D::copy_block(q, n, n, p, n, n, n, n, n);
+  D::upload(p, q, n);
+  D::download(p, q, n);
 };
 
 }  // namespace shardex

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "shardex/core/error.hpp"
 #include "shardex/layout/lengths.hpp"
@@ -28,6 +29,32 @@ namespace shardex {
 enum class Strategy { automatic, padded, per_root, v_collective, send_recv };
 
 enum class CollectiveOp { all_gather, reduce_scatter, all_to_all, reshard };
+
+/// A strategy known at compile time: `strategy::padded` and its siblings.
+/// Passing one instead of a `Strategy` value lets the compiler reject a
+/// strategy the tensor's backend cannot run (v_collective on NCCL).
+template <Strategy S>
+struct strategy_constant {
+  static constexpr Strategy value = S;
+  constexpr operator Strategy() const noexcept { return S; }  // NOLINT(google-explicit-constructor)
+};
+
+namespace strategy {
+inline constexpr strategy_constant<Strategy::automatic> automatic{};
+inline constexpr strategy_constant<Strategy::padded> padded{};
+inline constexpr strategy_constant<Strategy::per_root> per_root{};
+inline constexpr strategy_constant<Strategy::v_collective> v_collective{};
+inline constexpr strategy_constant<Strategy::send_recv> send_recv{};
+}  // namespace strategy
+
+template <class S>
+struct is_strategy_constant : std::false_type {};
+template <Strategy S>
+struct is_strategy_constant<strategy_constant<S>> : std::true_type {};
+
+/// What the transitions take as a strategy: a run-time `Strategy` or a `strategy::...` constant.
+template <class S>
+concept StrategyLike = std::same_as<S, Strategy> || is_strategy_constant<S>::value;
 
 constexpr const char* strategy_name(Strategy s) {
   switch (s) {

@@ -32,12 +32,22 @@ private:
   std::uint64_t h_ = 1469598103934665603ull;
 };
 
+/// The host communicator of `comm`: itself for MPI, the bootstrap (control)
+/// communicator for a device backend such as NCCL, whose own calls take
+/// device memory. The cross-rank checks are small host messages.
+template <class Comm>
+const auto& control_of(const Comm& comm) {
+  if constexpr (requires { comm.control(); }) return comm.control();
+  else return comm;
+}
+
 /// Every rank calls this with its own verdict (`local_error` empty when its
 /// input is fine) and the signature of its call. If any rank's input is bad,
 /// all ranks throw `invalid_argument` with the first bad rank's message; if the
 /// signatures differ, all ranks throw, each describing its own call.
 template <class Comm>
-void agree(const Comm& comm, const std::string& local_error, const Signature& sig, const std::string& call) {
+void agree(const Comm& device_comm, const std::string& local_error, const Signature& sig, const std::string& call) {
+  const auto& comm = control_of(device_comm);
   if (check_level() == CheckLevel::local || comm.size() == 1) {
     if (!local_error.empty()) throw invalid_argument(local_error);
     return;

@@ -34,6 +34,16 @@ struct Host {
     std::fill(p, p + n, v);
   }
 
+  /// Host <-> device copies: on the host, plain copies.
+  template <class T>
+  static void upload(T* dst, const T* src, std::int64_t n) {
+    if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(T));
+  }
+  template <class T>
+  static void download(T* dst, const T* src, std::int64_t n) {
+    upload(dst, src, n);
+  }
+
   /// y += alpha * x over n elements.
   template <class T>
   static void axpy(std::int64_t n, T alpha, const T* x, T* y) {

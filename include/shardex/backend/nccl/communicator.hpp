@@ -1,0 +1,150 @@
+#pragma once
+/// @file
+/// @brief `shardex::nccl::Communicator`: a shared RAII handle to an NCCL
+/// communicator, bootstrapped over an MPI communicator, with the primitives
+/// every lowering plan is built from (the same set as mpi::Communicator).
+///
+/// **Concept `CollectiveBackend`** (lower/backend.hpp). Models: this class.
+/// NCCL has no v collectives, so `has_v_collectives` is false: uneven shards
+/// go through the padded, per-root and send/receive plans, and asking for
+/// `strategy::v_collective` on a Cuda tensor is a compile error.
+///
+/// Bootstrap: rank 0 of the control communicator calls ncclGetUniqueId, MPI
+/// broadcasts it, every rank calls ncclCommInitRankConfig on the GPU picked
+/// from its node-local rank. A one-rank control communicator (including a
+/// build without MPI) needs no broadcast at all.
+///
+/// Failure: the communicator is non-blocking, and every call waits for its
+/// work with a watchdog: an NCCL error, or no progress within the timeout
+/// (a peer that never made the matching call), aborts the communicator with
+/// ncclCommAbort and throws `backend_error` naming the call, the rank and
+/// the reason, instead of hanging. After an abort every call throws.
+///
+/// Streams: the communicator has its own stream. Each call first makes it wait
+/// for the compute stream (cuda/runtime.hpp), then waits for its own work to
+/// finish, so the buffers a call hands over are ready and may be reused as
+/// soon as it returns.
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardex/backend/mpi/communicator.hpp"
+
+namespace shardex::nccl {
+
+/// The NCCL datatype of T (float, double, int64_t).
+template <class T> constexpr ncclDataType_t datatype();
+template <> constexpr ncclDataType_t datatype<float>() { return ncclFloat32; }
+template <> constexpr ncclDataType_t datatype<double>() { return ncclFloat64; }
+template <> constexpr ncclDataType_t datatype<std::int64_t>() { return ncclInt64; }
+
+struct Options {
+  /// The GPU of this rank; -1 picks the node-local rank's GPU.
+  int device = -1;
+  /// How long a call may make no progress before the communicator is aborted.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+};
+
+class Communicator;
+
+/// Why an NCCL communicator over the ranks of `control` cannot start here, or
+/// empty if it can: no usable GPU (CUDA's own error, or none visible), or more
+/// ranks on a node than GPUs (NCCL refuses two ranks on one GPU). Collective
+/// over `control`; every rank gets a non-empty answer if any rank has one.
+std::string unavailable_reason(const mpi::Communicator& control);
+
+/// Rooted and point-to-point calls issued between ncclGroupStart and
+/// ncclGroupEnd, completed together by `end()`. Pieces of count 0 are skipped
+/// on both sides (NCCL would still queue a zero-length send or receive, and
+/// the plans decide the counts identically on every rank).
+class Group {
+public:
+  explicit Group(const Communicator& c);
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  /// Ends the group if `end()` was not called (errors are then swallowed).
+  ~Group();
+
+  template <class T> void broadcast(T* buf, std::int64_t count, int root) { broadcast_raw(buf, count, datatype<T>(), root); }
+  /// Sum of every rank's `send` into `recv` on `root`.
+  template <class T> void reduce(const T* send, T* recv, std::int64_t count, int root) { reduce_raw(send, recv, count, datatype<T>(), root); }
+  template <class T> void send(const T* buf, std::int64_t count, int peer) { send_raw(buf, count, datatype<T>(), peer); }
+  template <class T> void recv(T* buf, std::int64_t count, int peer) { recv_raw(buf, count, datatype<T>(), peer); }
+  void end();
+
+private:
+  void broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root);
+  void reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t, int root);
+  void send_raw(const void* buf, std::int64_t count, ncclDataType_t t, int peer);
+  void recv_raw(void* buf, std::int64_t count, ncclDataType_t t, int peer);
+  const Communicator* comm_;
+  bool open_ = true;
+};
+
+class Communicator {
+public:
+  /// An empty handle; every call on it throws. Use create().
+  Communicator() = default;
+
+  /// A communicator of the ranks of `control`, one GPU each. Collective over
+  /// `control`. Throws backend_error if this node has fewer GPUs than ranks
+  /// (NCCL refuses two ranks on one GPU) or if NCCL fails to start.
+  static Communicator create(const mpi::Communicator& control, Options options = {});
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  /// The GPU this rank uses.
+  [[nodiscard]] int device() const;
+  /// The host communicator of the same ranks: shardex's cross-rank checks
+  /// (detail::agree) and small host-side reductions go through it.
+  [[nodiscard]] const mpi::Communicator& control() const;
+  /// This communicator's stream.
+  [[nodiscard]] cudaStream_t stream() const;
+  /// The raw NCCL handle (for interoperation; shardex keeps ownership).
+  [[nodiscard]] ncclComm_t native() const;
+  /// Whether the communicator was aborted after an error or a timeout.
+  [[nodiscard]] bool aborted() const noexcept;
+
+  // Equal-count collectives on device buffers. `count` is per rank.
+  template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, datatype<T>()); }
+  template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, datatype<T>()); }
+  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, count, datatype<T>()); }
+  template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, datatype<T>()); }
+  template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, datatype<T>(), root); }
+
+  static constexpr bool has_v_collectives = false;
+
+  /// Element-wise minimum over ranks of host values, through control().
+  void all_reduce_min(std::int64_t* buf, int count) const { control().all_reduce_min(buf, count); }
+
+  [[nodiscard]] Group group() const { return Group(*this); }
+
+  /// Ends the communicator now with ncclCommAbort (also done on errors).
+  void abort(const std::string& reason) const;
+
+private:
+  friend class Group;
+  struct Handle;
+  explicit Communicator(std::shared_ptr<Handle> h);
+  const Handle& handle(const char* what) const;
+  void all_gather_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
+  void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
+  void all_reduce_raw(void* buf, std::int64_t count, ncclDataType_t t) const;
+  void all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
+  void broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) const;
+  /// Orders this communicator's stream after the compute stream.
+  void begin(const char* what) const;
+  /// Checks an NCCL return code; waits for the call's work with the watchdog.
+  void finish(ncclResult_t rc, const char* what) const;
+
+  std::shared_ptr<Handle> handle_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace shardex::nccl

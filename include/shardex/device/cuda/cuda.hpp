@@ -1,0 +1,136 @@
+#pragma once
+/// @file
+/// @brief The `Cuda` device: tensors in GPU memory (cudaMalloc, RAII through
+/// the tensor's shared storage; never managed memory), local math through
+/// cuBLAS and the kernels of cuda/kernels.hpp, communication through NCCL.
+/// A model of `Device` (device/device.hpp), like `Host`: every expression node
+/// and every lowering plan runs on it unchanged.
+///
+/// @code
+/// auto nccl = nccl::Communicator::create(mpi::Communicator::world());
+/// auto w = to<Cuda>(Tensor<float, Sharded<1>>::normal(world, {512, 2048}, seed), nccl);
+/// Tensor<float, Replicated, Cuda> full = all_gather(w);   // ncclAllGather or its uneven plan
+/// @endcode
+///
+/// Everything is ordered on the compute stream (cuda/runtime.hpp); functions
+/// that return a host value (`sum`, `download`) wait for it.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "shardex/backend/nccl/communicator.hpp"
+#include "shardex/device/cuda/blas.hpp"
+#include "shardex/device/cuda/kernels.hpp"
+#include "shardex/device/cuda/runtime.hpp"
+#include "shardex/device/device.hpp"
+#include "shardex/device/fused_program.hpp"
+
+namespace shardex {
+
+struct Cuda {
+  using communicator = nccl::Communicator;
+  static constexpr const char* name = "cuda";
+  /// Fused element-wise trees run as a FusedProgram in one kernel.
+  static constexpr bool fused_on_host = false;
+
+  /// Zero-initialized device storage of n elements (at least one, so that an
+  /// empty local part still has a distinct, valid pointer).
+  template <class T>
+  static std::shared_ptr<T[]> allocate(std::int64_t n) {
+    const auto bytes = static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(T);
+    void* p = nullptr;
+    cuda::check(cudaMalloc(&p, bytes), "cudaMalloc");
+    std::shared_ptr<T[]> owned(static_cast<T*>(p), [](T* q) { cudaFree(q); });
+    cuda::check(cudaMemsetAsync(p, 0, bytes, cuda::compute_stream()), "cudaMemsetAsync");
+    return owned;
+  }
+
+  template <class T>
+  static void fill(T* p, std::int64_t n, T v) {
+    cuda::kernels::fill(p, n, v, cuda::compute_stream());
+  }
+
+  template <class T>
+  static void axpy(std::int64_t n, T alpha, const T* x, T* y) {
+    cuda::kernels::axpy(n, alpha, x, y, cuda::compute_stream());
+  }
+
+  template <class T>
+  static void scale(std::int64_t n, T alpha, const T* x, T* y) {
+    cuda::kernels::scale(n, alpha, x, y, cuda::compute_stream());
+  }
+
+  /// The sum of n elements, returned to the host (waits for it).
+  template <class T>
+  static T sum(const T* x, std::int64_t n) {
+    auto out = allocate<T>(1);
+    cuda::kernels::sum(x, n, out.get(), cuda::compute_stream());
+    T v{};
+    cuda::copy_to_host(&v, out.get(), sizeof(T));
+    return v;
+  }
+
+  /// The strided block copy of the lowering plans (pad, unpad, slice, pack and
+  /// unpack of strided shards) is one 2-d copy: `outer` rows of len * inner
+  /// elements, with the pitches of the source and destination extents.
+  template <class T>
+  static void copy_block(const T* src, std::int64_t src_extent, std::int64_t src_off, T* dst, std::int64_t dst_extent,
+                         std::int64_t dst_off, std::int64_t outer, std::int64_t len, std::int64_t inner) {
+    const std::int64_t row = len * inner;
+    if (row == 0 || outer == 0) return;
+    const auto bytes = [](std::int64_t elems) { return static_cast<std::size_t>(elems) * sizeof(T); };
+    cuda::check(cudaMemcpy2DAsync(dst + dst_off * inner, bytes(dst_extent * inner), src + src_off * inner,
+                                  bytes(src_extent * inner), bytes(row), static_cast<std::size_t>(outer),
+                                  cudaMemcpyDeviceToDevice, cuda::compute_stream()),
+                "cudaMemcpy2DAsync (copy_block)");
+  }
+
+  /// Host -> device and device -> host copies of n elements.
+  template <class T>
+  static void upload(T* dst, const T* src, std::int64_t n) {
+    cuda::copy_to_device(dst, src, n * static_cast<std::int64_t>(sizeof(T)));
+  }
+  template <class T>
+  static void download(T* dst, const T* src, std::int64_t n) {
+    cuda::copy_to_host(dst, src, n * static_cast<std::int64_t>(sizeof(T)));
+  }
+
+  template <class T>
+  static void gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+    cuda::gemm(g, alpha, a, b, beta, c);
+  }
+  template <class T>
+  static void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
+    cuda::kernels::transpose_2d(in, out, rows, cols, cuda::compute_stream());
+  }
+  template <class T>
+  static void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
+    cuda::kernels::sum_middle(in, out, outer, extent, inner, cuda::compute_stream());
+  }
+  template <class T>
+  static void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
+    cuda::kernels::broadcast_middle(g, out, outer, extent, inner, cuda::compute_stream());
+  }
+  template <class T>
+  static void softmax_rows(T* s, std::int64_t rows, std::int64_t cols) {
+    cuda::kernels::softmax_rows(s, rows, cols, cuda::compute_stream());
+  }
+  template <class T>
+  static void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale) {
+    cuda::kernels::softmax_backward_rows(p, dp, rows, cols, scale, cuda::compute_stream());
+  }
+  template <class T>
+  static void fused_forward(const FusedProgram<T>& program, T* out, std::int64_t n) {
+    cuda::kernels::fused_forward(program, out, n, cuda::compute_stream());
+  }
+  template <class T>
+  static void fused_backward(const FusedProgram<T>& program, const T* g, std::int64_t n) {
+    cuda::kernels::fused_backward(program, g, n, cuda::compute_stream());
+  }
+};
+
+static_assert(Device<Cuda>);
+
+}  // namespace shardex

@@ -1,0 +1,302 @@
+// NCCL behind include/shardex/backend/nccl/communicator.hpp.
+#include "shardex/backend/nccl/communicator.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "shardex/core/error.hpp"
+#include "shardex/device/cuda/runtime.hpp"
+
+namespace shardex::nccl {
+
+struct Communicator::Handle {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t compute_done = nullptr;
+  mpi::Communicator control;
+  int device = 0;
+  std::chrono::milliseconds timeout{};
+  bool aborted = false;
+  std::string abort_reason;
+
+  ~Handle() {
+    if (comm && !aborted) {
+      // Flush (non-blocking: poll until done), then free; a flush that fails
+      // or stalls ends in an abort. Errors at teardown cannot be reported.
+      ncclResult_t st = ncclCommFinalize(comm);
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      while ((st == ncclSuccess || st == ncclInProgress) && ncclCommGetAsyncError(comm, &st) == ncclSuccess &&
+             st == ncclInProgress && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      if (st == ncclSuccess) ncclCommDestroy(comm);
+      else ncclCommAbort(comm);
+    }
+    if (compute_done) cudaEventDestroy(compute_done);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+namespace {
+
+std::string where(const mpi::Communicator& c) {
+  return " on rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size());
+}
+
+/// The GPU for this rank: its rank among the ranks on its node.
+int pick_device(const mpi::Communicator& control, int requested) {
+  const std::string no_gpu = cuda::no_gpu_reason();
+  if (!no_gpu.empty()) throw backend_error("shardex::nccl::Communicator::create" + where(control) + ": no usable GPU: " + no_gpu, 0);
+  const int gpus = cuda::device_count();
+  if (requested >= 0) {
+    if (requested >= gpus)
+      throw invalid_argument("shardex::nccl::Communicator::create" + where(control) + ": device " + std::to_string(requested) +
+                             " requested but this node has " + std::to_string(gpus) + " GPU(s)");
+    return requested;
+  }
+  const mpi::Communicator node = control.split_node_local();
+  if (node.size() > gpus)
+    throw backend_error("shardex::nccl::Communicator::create" + where(control) + ": " + std::to_string(node.size()) +
+                            " ranks share this node but it has " + std::to_string(gpus) +
+                            " GPU(s); NCCL needs one GPU per rank (it refuses two ranks on one GPU)",
+                        0);
+  return node.rank();
+}
+
+}  // namespace
+
+std::string unavailable_reason(const mpi::Communicator& control) {
+  std::string why = cuda::no_gpu_reason();
+  const int here = control.split_node_local().size();
+  if (why.empty() && here > cuda::device_count())
+    why = std::to_string(here) + " ranks share a node that has " + std::to_string(cuda::device_count()) +
+          " GPU(s); NCCL needs one GPU per rank (it refuses two ranks on one GPU)";
+  std::int64_t ok = why.empty() ? 1 : 0;
+  control.all_reduce_min(&ok, 1);
+  if (!ok && why.empty()) why = "another rank of this run cannot use a GPU";
+  return why;
+}
+
+Communicator::Communicator(std::shared_ptr<Handle> h) : handle_(std::move(h)) {
+  rank_ = handle_->control.rank();
+  size_ = handle_->control.size();
+}
+
+Communicator Communicator::create(const mpi::Communicator& control, Options options) {
+  auto h = std::make_shared<Handle>();
+  h->control = control;
+  h->timeout = options.timeout;
+  h->device = pick_device(control, options.device);
+  cuda::set_device(h->device);
+  cuda::check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (NCCL stream)");
+  cuda::check(cudaEventCreateWithFlags(&h->compute_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+
+  // Rank 0 makes the id; the control communicator carries it to the others.
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  std::int64_t ok = 1;
+  std::string err;
+  if (control.rank() == 0) {
+    const ncclResult_t rc = ncclGetUniqueId(&id);
+    if (rc != ncclSuccess) {
+      ok = 0;
+      err = ncclGetErrorString(rc);
+    }
+  }
+  if (control.size() > 1) {
+    control.broadcast(&ok, 1, 0);
+    control.broadcast(reinterpret_cast<char*>(&id), static_cast<std::int64_t>(sizeof id), 0);
+  }
+  if (!ok)
+    throw backend_error("shardex::nccl::Communicator::create" + where(control) + ": ncclGetUniqueId failed on rank 0" +
+                            (err.empty() ? std::string() : ": " + err),
+                        0);
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // non-blocking: a stuck init or call can be aborted
+  const ncclResult_t rc = ncclCommInitRankConfig(&h->comm, control.size(), id, control.rank(), &config);
+  Communicator c(h);
+  c.finish(rc, "ncclCommInitRankConfig");
+  return c;
+}
+
+const Communicator::Handle& Communicator::handle(const char* what) const {
+  if (!handle_) throw error(std::string("shardex::nccl::Communicator::") + what + ": empty communicator; use create()");
+  if (handle_->aborted)
+    throw backend_error(std::string("shardex::nccl::Communicator::") + what + where(handle_->control) +
+                            ": the communicator was aborted earlier: " + handle_->abort_reason,
+                        static_cast<int>(ncclInvalidUsage));
+  return *handle_;
+}
+
+int Communicator::device() const { return handle("device").device; }
+const mpi::Communicator& Communicator::control() const { return handle("control").control; }
+cudaStream_t Communicator::stream() const { return handle("stream").stream; }
+ncclComm_t Communicator::native() const { return handle("native").comm; }
+bool Communicator::aborted() const noexcept { return handle_ && handle_->aborted; }
+
+void Communicator::abort(const std::string& reason) const {
+  if (!handle_ || handle_->aborted) return;
+  handle_->aborted = true;
+  handle_->abort_reason = reason;
+  if (handle_->comm) ncclCommAbort(handle_->comm);
+}
+
+void Communicator::begin(const char* what) const {
+  const Handle& h = handle(what);
+  cuda::check(cudaEventRecord(h.compute_done, cuda::compute_stream()), "cudaEventRecord (before an NCCL call)");
+  cuda::check(cudaStreamWaitEvent(h.stream, h.compute_done, 0), "cudaStreamWaitEvent (before an NCCL call)");
+}
+
+void Communicator::finish(ncclResult_t rc, const char* what) const {
+  const Handle& h = *handle_;
+  const auto fail = [&](const std::string& why) {
+    const std::string msg = std::string("shardex::nccl::") + what + where(h.control) + ": " + why;
+    abort(msg);
+    throw backend_error(msg, static_cast<int>(rc));
+  };
+  if (rc != ncclSuccess && rc != ncclInProgress)
+    fail(std::string(ncclGetErrorString(rc)) + " (" + ncclGetLastError(h.comm) + ")");
+  // Wait for the call to be issued (non-blocking mode), then for its work on
+  // the stream, watching NCCL's error state and the clock all along.
+  const auto start = std::chrono::steady_clock::now();
+  bool issued = false;
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(h.comm, &st);
+    if (q != ncclSuccess) fail(std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(q));
+    if (st != ncclSuccess && st != ncclInProgress)
+      fail(std::string(ncclGetErrorString(st)) + " (" + ncclGetLastError(h.comm) + ")");
+    if (st == ncclSuccess) {
+      issued = true;
+      const cudaError_t s = cudaStreamQuery(h.stream);
+      if (s == cudaSuccess) return;
+      if (s != cudaErrorNotReady) fail(std::string("the NCCL stream reported ") + cudaGetErrorName(s) + ": " + cudaGetErrorString(s));
+    }
+    if (std::chrono::steady_clock::now() - start > h.timeout)
+      fail(std::string("no progress after ") + std::to_string(h.timeout.count()) + " ms (" +
+           (issued ? "the call is issued but its work never finished" : "the call was never issued") +
+           "); a peer rank probably did not make the matching call. The communicator was aborted");
+    std::this_thread::yield();
+  }
+}
+
+void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
+  if (count == 0) return;  // NCCL drops count-0 collectives anyway
+  begin("all_gather");
+  finish(ncclAllGather(send, recv, static_cast<std::size_t>(count), t, handle_->comm, handle_->stream), "ncclAllGather");
+}
+
+void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
+  if (count == 0) return;
+  begin("reduce_scatter");
+  finish(ncclReduceScatter(send, recv, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream),
+         "ncclReduceScatter");
+}
+
+void Communicator::all_reduce_raw(void* buf, std::int64_t count, ncclDataType_t t) const {
+  if (count == 0) return;
+  begin("all_reduce");
+  finish(ncclAllReduce(buf, buf, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream), "ncclAllReduce");
+}
+
+void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
+  if (count == 0) return;
+  begin("all_to_all");
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 3)
+  finish(ncclAlltoAll(send, recv, static_cast<std::size_t>(count), t, handle_->comm, handle_->stream), "ncclAlltoAll");
+#else
+  // Older NCCL: the same exchange as grouped send/receive.
+  std::size_t elem = 0;
+  switch (t) {
+    case ncclFloat32: elem = 4; break;
+    case ncclFloat64: case ncclInt64: elem = 8; break;
+    default: elem = 1; break;
+  }
+  ncclGroupStart();
+  for (int peer = 0; peer < size_; ++peer) {
+    ncclSend(static_cast<const char*>(send) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t, peer,
+             handle_->comm, handle_->stream);
+    ncclRecv(static_cast<char*>(recv) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t, peer,
+             handle_->comm, handle_->stream);
+  }
+  finish(ncclGroupEnd(), "ncclAlltoAll (grouped send/receive)");
+#endif
+}
+
+void Communicator::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) const {
+  if (root < 0 || root >= size_)
+    throw invalid_argument("shardex::nccl::broadcast" + where(control()) + ": root " + std::to_string(root) + " out of range");
+  if (count == 0) return;
+  begin("broadcast");
+  finish(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, handle_->comm, handle_->stream), "ncclBroadcast");
+}
+
+// ---- Group ---------------------------------------------------------------------
+Group::Group(const Communicator& c) : comm_(&c) {
+  c.begin("group");
+  const ncclResult_t rc = ncclGroupStart();
+  if (rc != ncclSuccess) {
+    open_ = false;
+    c.finish(rc, "ncclGroupStart");
+  }
+}
+
+Group::~Group() {
+  if (!open_) return;
+  try {
+    end();
+  } catch (...) {  // a destructor must not throw; end() has aborted the communicator
+  }
+}
+
+namespace {
+void check_peer(const Communicator& c, int peer, const char* what) {
+  if (peer < 0 || peer >= c.size())
+    throw invalid_argument(std::string("shardex::nccl::Group::") + what + " on rank " + std::to_string(c.rank()) + " of " +
+                           std::to_string(c.size()) + ": peer " + std::to_string(peer) + " out of range");
+}
+void check_issue(const Communicator& c, ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    ncclGroupEnd();
+    const std::string msg = std::string("shardex::nccl::") + what + " on rank " + std::to_string(c.rank()) + ": " + ncclGetErrorString(rc);
+    c.abort(msg);
+    throw backend_error(msg, static_cast<int>(rc));
+  }
+}
+}  // namespace
+
+void Group::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) {
+  check_peer(*comm_, root, "broadcast");
+  if (count == 0) return;
+  check_issue(*comm_, ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, comm_->native(), comm_->stream()), "ncclBroadcast");
+}
+
+void Group::reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t, int root) {
+  check_peer(*comm_, root, "reduce");
+  if (count == 0) return;
+  check_issue(*comm_, ncclReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, root, comm_->native(), comm_->stream()),
+              "ncclReduce");
+}
+
+void Group::send_raw(const void* buf, std::int64_t count, ncclDataType_t t, int peer) {
+  check_peer(*comm_, peer, "send");
+  if (count == 0) return;
+  check_issue(*comm_, ncclSend(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclSend");
+}
+
+void Group::recv_raw(void* buf, std::int64_t count, ncclDataType_t t, int peer) {
+  check_peer(*comm_, peer, "recv");
+  if (count == 0) return;
+  check_issue(*comm_, ncclRecv(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclRecv");
+}
+
+void Group::end() {
+  if (!open_) return;
+  open_ = false;
+  comm_->finish(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+}  // namespace shardex::nccl
