@@ -4,6 +4,8 @@
 /// and lowered to collectives, local math with layout rules, and adjoints
 /// derived from the layout algebra.
 
+#include "shardex/config.hpp"  // IWYU pragma: export (SHARDEX_WITH_MPI: the build's backends)
+
 #include "shardex/autodiff/sgd.hpp"                // IWYU pragma: export
 #include "shardex/backend/mpi/communicator.hpp"   // IWYU pragma: export
 #include "shardex/backend/mpi/environment.hpp"    // IWYU pragma: export

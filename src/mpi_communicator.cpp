@@ -30,6 +30,19 @@ std::vector<int> to_counts(std::span<const std::int64_t> n, const char* what) {
   return out;
 }
 
+namespace {
+/// The MPI datatype of the header's Dtype (which names no MPI type).
+MPI_Datatype mpi_type(Dtype t) {
+  switch (t) {
+    case Dtype::f32: return MPI_FLOAT;
+    case Dtype::f64: return MPI_DOUBLE;
+    case Dtype::i64: return MPI_INT64_T;
+    case Dtype::i8: return MPI_CHAR;
+  }
+  throw invalid_argument("shardex::mpi: unknown Dtype " + std::to_string(static_cast<int>(t)));
+}
+}  // namespace
+
 struct Communicator::Handle {
   MPI_Comm comm = MPI_COMM_NULL;
   explicit Handle(MPI_Comm c) : comm(c) {}
@@ -82,33 +95,39 @@ Communicator Communicator::split_node_local() const {
 
 void Communicator::barrier() const { check(MPI_Barrier(need(native(), "MPI_Barrier")), "MPI_Barrier"); }
 
-void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const {
+void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allgather");
   check(MPI_Allgather(send, n, t, recv, n, t, need(native(), "MPI_Allgather")), "MPI_Allgather");
 }
 
-void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const {
+void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Reduce_scatter_block");
   check(MPI_Reduce_scatter_block(send, recv, n, t, MPI_SUM, need(native(), "MPI_Reduce_scatter_block")),
         "MPI_Reduce_scatter_block");
 }
 
-void Communicator::all_reduce_raw(void* buf, std::int64_t count, MPI_Datatype t) const {
+void Communicator::all_reduce_raw(void* buf, std::int64_t count, Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allreduce");
   check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, need(native(), "MPI_Allreduce")), "MPI_Allreduce");
 }
 
-void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const {
+void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Alltoall");
   check(MPI_Alltoall(send, n, t, recv, n, t, need(native(), "MPI_Alltoall")), "MPI_Alltoall");
 }
 
-void Communicator::broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root) const {
+void Communicator::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) const {
+  const MPI_Datatype t = mpi_type(dt);
   check(MPI_Bcast(buf, to_count(count, "MPI_Bcast"), t, root, need(native(), "MPI_Bcast")), "MPI_Bcast");
 }
 
 void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
-                                    std::span<const std::int64_t> displs, MPI_Datatype t) const {
+                                    std::span<const std::int64_t> displs, Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Allgatherv");
   const auto d = to_counts(displs, "MPI_Allgatherv");
   check(MPI_Allgatherv(send, to_count(count, "MPI_Allgatherv"), t, recv, c.data(), d.data(), t,
@@ -117,7 +136,8 @@ void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* 
 }
 
 void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts,
-                                        MPI_Datatype t) const {
+                                        Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Reduce_scatter");
   check(MPI_Reduce_scatter(send, recv, c.data(), t, MPI_SUM, need(native(), "MPI_Reduce_scatter")), "MPI_Reduce_scatter");
 }
@@ -125,7 +145,8 @@ void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<
 void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts,
                                     std::span<const std::int64_t> send_displs, void* recv,
                                     std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
-                                    MPI_Datatype t) const {
+                                    Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
   const auto sc = to_counts(send_counts, "MPI_Alltoallv");
   const auto sd = to_counts(send_displs, "MPI_Alltoallv");
   const auto rc = to_counts(recv_counts, "MPI_Alltoallv");
@@ -141,40 +162,51 @@ void Communicator::all_reduce_min(std::int64_t* buf, int count) const {
 
 // ---- Group ---------------------------------------------------------------
 
+struct Group::State {
+  std::vector<MPI_Request> requests;
+};
+
+Group::Group(const Communicator& c) : comm_(&c), state_(std::make_unique<State>()) {}
+
 Group::~Group() {
   // Requests still in flight reference user buffers: complete them before the
   // buffers can go away. Errors cannot be reported from a destructor.
-  if (!requests_.empty()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  auto& rs = state_->requests;
+  if (!rs.empty()) MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
 }
 
-void Group::broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root) {
+void Group::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) {
+  const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   check(MPI_Ibcast(buf, to_count(count, "MPI_Ibcast"), t, root, need(comm_->native(), "MPI_Ibcast"), &r), "MPI_Ibcast");
-  requests_.push_back(r);
+  state_->requests.push_back(r);
 }
 
-void Group::reduce_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t, int root) {
+void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt, int root) {
+  const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   check(MPI_Ireduce(send, recv, to_count(count, "MPI_Ireduce"), t, MPI_SUM, root, need(comm_->native(), "MPI_Ireduce"), &r),
         "MPI_Ireduce");
-  requests_.push_back(r);
+  state_->requests.push_back(r);
 }
 
-void Group::send_raw(const void* buf, std::int64_t count, MPI_Datatype t, int peer) {
+void Group::send_raw(const void* buf, std::int64_t count, Dtype dt, int peer) {
+  const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   check(MPI_Isend(buf, to_count(count, "MPI_Isend"), t, peer, 0, need(comm_->native(), "MPI_Isend"), &r), "MPI_Isend");
-  requests_.push_back(r);
+  state_->requests.push_back(r);
 }
 
-void Group::recv_raw(void* buf, std::int64_t count, MPI_Datatype t, int peer) {
+void Group::recv_raw(void* buf, std::int64_t count, Dtype dt, int peer) {
+  const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   check(MPI_Irecv(buf, to_count(count, "MPI_Irecv"), t, peer, 0, need(comm_->native(), "MPI_Irecv"), &r), "MPI_Irecv");
-  requests_.push_back(r);
+  state_->requests.push_back(r);
 }
 
 void Group::end() {
   std::vector<MPI_Request> rs;
-  rs.swap(requests_);
+  rs.swap(state_->requests);
   if (!rs.empty())
     check(MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (group end)");
 }

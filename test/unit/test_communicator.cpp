@@ -9,6 +9,7 @@
 using namespace shardex;
 using shardex::test::world;
 
+#if SHARDEX_WITH_MPI
 TEST_CASE("world() is a duplicate of MPI_COMM_WORLD with the same rank and size") {
   int r = -1, n = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -19,6 +20,13 @@ TEST_CASE("world() is a duplicate of MPI_COMM_WORLD with the same rank and size"
   MPI_Comm_compare(world().native(), MPI_COMM_WORLD, &cmp);
   CHECK(cmp == MPI_CONGRUENT);  // same group, distinct context: our traffic never mixes with the user's
 }
+#else
+TEST_CASE("without MPI, world() is the one-rank world") {
+  CHECK(world().rank() == 0);
+  CHECK(world().size() == 1);
+  CHECK(mpi::Environment::active());
+}
+#endif
 
 TEST_CASE("split makes sub-communicators whose collectives stay inside them") {
   const auto& w = world();
@@ -40,6 +48,7 @@ TEST_CASE("split makes sub-communicators whose collectives stay inside them") {
   CHECK(node.size() >= 1);
 }
 
+#if SHARDEX_WITH_MPI
 TEST_CASE("MPI errors become backend_error with MPI's error string, on every rank") {
   const auto& w = world();
   double v = 0;
@@ -52,9 +61,16 @@ TEST_CASE("MPI errors become backend_error with MPI's error string, on every ran
   }
   CHECK_THROWS_WITH_AS(mpi::to_count(std::int64_t(1) << 40, "MPI_Allgather"), doctest::Contains("does not fit MPI's int counts"),
                        invalid_argument);
+  w.barrier();  // still usable afterwards
+}
+#endif
+
+TEST_CASE("an empty (default-constructed) communicator refuses every call") {
   mpi::Communicator empty;
   CHECK_THROWS_WITH_AS(empty.barrier(), doctest::Contains("the communicator is empty"), error);
-  w.barrier();  // still usable afterwards
+  double v = 0;
+  CHECK_THROWS_WITH_AS(empty.all_reduce(&v, 1), doctest::Contains("the communicator is empty"), error);
+  world().barrier();  // the world is still usable afterwards
 }
 
 TEST_CASE("grouped broadcasts and point-to-point complete together at end()") {
@@ -75,3 +91,79 @@ TEST_CASE("grouped broadcasts and point-to-point complete together at end()") {
   g.end();
   CHECK(got == double((me - 1 + n) % n));
 }
+
+#if !SHARDEX_WITH_MPI
+TEST_CASE("without MPI, collectives are copies and a root or peer other than 0 is refused") {
+  const auto& w = world();
+  std::vector<double> a{1, 2, 3, 4}, b(4, -1.0);
+  w.all_gather(a.data(), b.data(), 4);
+  CHECK(b == a);
+  b.assign(4, -1.0);
+  w.reduce_scatter(a.data(), b.data(), 4);
+  CHECK(b == a);
+  b.assign(4, -1.0);
+  w.all_to_all(a.data(), b.data(), 4);
+  CHECK(b == a);
+  w.all_reduce(a.data(), 4);
+  w.broadcast(a.data(), 4, 0);
+  CHECK(a == std::vector<double>{1, 2, 3, 4});
+  // v collectives: one count and one displacement, for rank 0.
+  b.assign(4, -1.0);
+  const std::int64_t two[] = {2}, one[] = {1}, zero[] = {0};
+  w.all_gather_v(a.data(), 2, b.data(), two, one);
+  CHECK(b == std::vector<double>{-1, 1, 2, -1});
+  b.assign(4, -1.0);
+  w.reduce_scatter_v(a.data(), b.data(), two);
+  CHECK(b == std::vector<double>{1, 2, -1, -1});
+  b.assign(4, -1.0);
+  w.all_to_all_v(a.data(), two, one, b.data(), two, zero);
+  CHECK(b == std::vector<double>{2, 3, -1, -1});
+  CHECK_THROWS_WITH_AS(w.all_gather_v(a.data(), 3, b.data(), two, one), doctest::Contains("all_gather_v"), invalid_argument);
+  std::int64_t m[] = {5, -2};
+  w.all_reduce_min(m, 2);
+  CHECK(m[1] == -2);
+  CHECK_THROWS_WITH_AS(w.broadcast(a.data(), 1, 1), doctest::Contains("broadcast: root 1"), invalid_argument);
+  CHECK_THROWS_WITH_AS(w.broadcast(a.data(), -1, 0), doctest::Contains("negative"), invalid_argument);
+  auto half = w.split(3, 7);
+  CHECK(half.rank() == 0);
+  CHECK(half.size() == 1);
+}
+
+TEST_CASE("without MPI, a group's sends to rank 0 reach its receives from rank 0, in order") {
+  const auto& w = world();
+  double x = 1, y = 2, got[3] = {-1, -1, -1};
+  {
+    auto g = w.group();
+    g.recv(&got[0], 1, 0);  // issued before its send, as the lowering plans may do
+    g.send(&x, 1, 0);
+    g.send(&y, 1, 0);
+    g.recv(&got[1], 2, 0);  // receiving fewer than offered is fine, as with MPI
+    g.end();
+  }
+  CHECK(got[0] == 1);
+  CHECK(got[1] == 2);
+  CHECK(got[2] == -1);
+  {
+    double s[] = {3, 4}, r[] = {0, 0};
+    auto g = w.group();
+    g.reduce(s, r, 2, 0);
+    g.broadcast(s, 2, 0);
+    g.end();
+    CHECK(r[0] == 3);
+    CHECK(r[1] == 4);
+  }
+  {
+    auto g = w.group();
+    CHECK_THROWS_WITH_AS(g.send(&x, 1, 1), doctest::Contains("Group::send: peer 1"), invalid_argument);
+    CHECK_THROWS_WITH_AS(g.reduce(&x, &y, 1, 2), doctest::Contains("Group::reduce: root 2"), invalid_argument);
+    g.send(&x, 1, 0);
+    CHECK_THROWS_WITH_AS(g.end(), doctest::Contains("no partner"), invalid_argument);
+  }
+  {
+    double two_values[] = {5, 6}, one_value = 0;
+    auto g = w.group();
+    g.send(two_values, 2, 0);
+    CHECK_THROWS_WITH_AS(g.recv(&one_value, 1, 0), doctest::Contains("truncated"), invalid_argument);
+  }
+}
+#endif

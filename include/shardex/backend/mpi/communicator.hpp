@@ -12,22 +12,50 @@
 /// rooted primitives go through `Group`, which issues non-blocking calls and
 /// waits for all of them at `end()` (the reference's coalescing manager).
 /// MPI's own `v` collectives: `all_gather_v`, `reduce_scatter_v`, `all_to_all_v`.
+///
+/// **A build without MPI** (`-Dmpi=disabled`, or no MPI found; then
+/// `SHARDEX_WITH_MPI` is 0) has the same class over a one-rank world only:
+/// `world()` is rank 0 of size 1, every collective is a local copy (or
+/// nothing, for `all_reduce` and `broadcast`), a `Group`'s send to rank 0 is
+/// received by its recv from rank 0, `split` gives a one-rank communicator, and
+/// a root or peer other than 0 throws `invalid_argument`. `native()`,
+/// `duplicate(MPI_Comm)`, `datatype<T>()`, `check` and `to_count` exist only
+/// with MPI; nothing here includes <mpi.h> without it.
 
+#include "shardex/config.hpp"
+
+#if SHARDEX_WITH_MPI
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
 #include <mpi.h>
+#endif
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "shardex/core/error.hpp"
 
 namespace shardex::mpi {
 
+/// The element types the primitives move, named without MPI's types so that
+/// this header needs no <mpi.h> (the library maps them to MPI_Datatype).
+enum class Dtype { f32, f64, i64, i8 };
+
+/// The Dtype of T: float, double, std::int64_t, or char (bytes, as `i8`).
+template <class T> constexpr Dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return Dtype::f32;
+  else if constexpr (std::is_same_v<T, double>) return Dtype::f64;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return Dtype::i64;
+  else if constexpr (std::is_same_v<T, char>) return Dtype::i8;
+  else static_assert(sizeof(T) == 0, "shardex::mpi: the primitives move float, double, std::int64_t or char only");
+}
+
+#if SHARDEX_WITH_MPI
 /// The MPI datatype of T (float, double, int64_t, char).
 template <class T> MPI_Datatype datatype();
 template <> inline MPI_Datatype datatype<float>() { return MPI_FLOAT; }
@@ -41,6 +69,7 @@ void check(int rc, const char* what);
 /// MPI counts are `int`; this refuses larger ones with a clear message.
 int to_count(std::int64_t n, const char* what);
 std::vector<int> to_counts(std::span<const std::int64_t> n, const char* what);
+#endif
 
 class Communicator;
 
@@ -48,39 +77,48 @@ class Communicator;
 /// together by `end()`. Buffers must stay alive until `end()` returns.
 class Group {
 public:
-  explicit Group(const Communicator& c) : comm_(&c) {}
+  explicit Group(const Communicator& c);
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
   ~Group();
 
-  template <class T> void broadcast(T* buf, std::int64_t count, int root) { broadcast_raw(buf, count, datatype<T>(), root); }
+  template <class T> void broadcast(T* buf, std::int64_t count, int root) { broadcast_raw(buf, count, dtype_of<T>(), root); }
   /// Sum of every rank's `send` into `recv` on `root` (recv is ignored elsewhere).
-  template <class T> void reduce(const T* send, T* recv, std::int64_t count, int root) { reduce_raw(send, recv, count, datatype<T>(), root); }
-  template <class T> void send(const T* buf, std::int64_t count, int peer) { send_raw(buf, count, datatype<T>(), peer); }
-  template <class T> void recv(T* buf, std::int64_t count, int peer) { recv_raw(buf, count, datatype<T>(), peer); }
+  template <class T> void reduce(const T* send, T* recv, std::int64_t count, int root) { reduce_raw(send, recv, count, dtype_of<T>(), root); }
+  template <class T> void send(const T* buf, std::int64_t count, int peer) { send_raw(buf, count, dtype_of<T>(), peer); }
+  template <class T> void recv(T* buf, std::int64_t count, int peer) { recv_raw(buf, count, dtype_of<T>(), peer); }
   void end();
 
 private:
-  void broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root);
-  void reduce_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t, int root);
-  void send_raw(const void* buf, std::int64_t count, MPI_Datatype t, int peer);
-  void recv_raw(void* buf, std::int64_t count, MPI_Datatype t, int peer);
+  void broadcast_raw(void* buf, std::int64_t count, Dtype t, int root);
+  void reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t, int root);
+  void send_raw(const void* buf, std::int64_t count, Dtype t, int peer);
+  void recv_raw(void* buf, std::int64_t count, Dtype t, int peer);
+  /// The calls in flight (MPI requests, or the one-rank world's pending
+  /// sends and receives): defined by the library, so that this header needs
+  /// no MPI type.
+  struct State;
   const Communicator* comm_;
-  std::vector<MPI_Request> requests_;
+  std::unique_ptr<State> state_;
 };
 
 class Communicator {
 public:
   /// An empty handle; every call on it throws. Use world() or duplicate().
   Communicator() = default;
-  /// A duplicate of MPI_COMM_WORLD (shardex's traffic never mixes with the user's).
+  /// A duplicate of MPI_COMM_WORLD (shardex's traffic never mixes with the user's);
+  /// without MPI, the one-rank world. Needs a live Environment either way.
   static Communicator world();
+#if SHARDEX_WITH_MPI
   /// Wraps `comm`, duplicating it; the duplicate is freed with the last handle.
   static Communicator duplicate(MPI_Comm comm);
+#endif
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
+#if SHARDEX_WITH_MPI
   [[nodiscard]] MPI_Comm native() const noexcept;
+#endif
   /// Sub-communicator of the ranks passing the same `color`, ordered by `key`.
   [[nodiscard]] Communicator split(int color, int key) const;
   /// Ranks of this communicator on the same node (shared memory).
@@ -88,27 +126,27 @@ public:
   void barrier() const;
 
   // Equal-count collectives. `count` is per rank.
-  template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, datatype<T>()); }
-  template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, datatype<T>()); }
-  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, count, datatype<T>()); }
-  template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, datatype<T>()); }
-  template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, datatype<T>(), root); }
+  template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, dtype_of<T>()); }
+  template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, dtype_of<T>()); }
+  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, count, dtype_of<T>()); }
+  template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, dtype_of<T>()); }
+  template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, dtype_of<T>(), root); }
 
   // MPI's v collectives (uneven counts; counts and displacements in elements).
   static constexpr bool has_v_collectives = true;
   template <class T>
   void all_gather_v(const T* send, std::int64_t count, T* recv, std::span<const std::int64_t> counts,
                     std::span<const std::int64_t> displs) const {
-    all_gather_v_raw(send, count, recv, counts, displs, datatype<T>());
+    all_gather_v_raw(send, count, recv, counts, displs, dtype_of<T>());
   }
   template <class T>
   void reduce_scatter_v(const T* send, T* recv, std::span<const std::int64_t> counts) const {
-    reduce_scatter_v_raw(send, recv, counts, datatype<T>());
+    reduce_scatter_v_raw(send, recv, counts, dtype_of<T>());
   }
   template <class T>
   void all_to_all_v(const T* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs, T* recv,
                     std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) const {
-    all_to_all_v_raw(send, send_counts, send_displs, recv, recv_counts, recv_displs, datatype<T>());
+    all_to_all_v_raw(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype_of<T>());
   }
 
   /// Element-wise minimum over ranks, in place (used by the cross-rank checks).
@@ -117,19 +155,20 @@ public:
   [[nodiscard]] Group group() const { return Group(*this); }
 
 private:
+  friend class Group;  // the one-rank Group checks that its communicator is not empty
   struct Handle;
   explicit Communicator(std::shared_ptr<Handle> h);
-  void all_gather_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const;
-  void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const;
-  void all_reduce_raw(void* buf, std::int64_t count, MPI_Datatype t) const;
-  void all_to_all_raw(const void* send, void* recv, std::int64_t count, MPI_Datatype t) const;
-  void broadcast_raw(void* buf, std::int64_t count, MPI_Datatype t, int root) const;
+  void all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
+  void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
+  void all_reduce_raw(void* buf, std::int64_t count, Dtype t) const;
+  void all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
+  void broadcast_raw(void* buf, std::int64_t count, Dtype t, int root) const;
   void all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
-                        std::span<const std::int64_t> displs, MPI_Datatype t) const;
-  void reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts, MPI_Datatype t) const;
+                        std::span<const std::int64_t> displs, Dtype t) const;
+  void reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts, Dtype t) const;
   void all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
                         void* recv, std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
-                        MPI_Datatype t) const;
+                        Dtype t) const;
 
   std::shared_ptr<Handle> handle_;
   int rank_ = 0;

@@ -3,6 +3,8 @@
 /// @brief RAII set-up and tear-down of MPI. Construct one in `main` before any
 /// communicator; its destructor finalizes MPI (unless MPI was already
 /// initialized by someone else, in which case it leaves MPI alone).
+/// In a build without MPI (SHARDEX_WITH_MPI 0) it initializes nothing; it
+/// only makes `active()` true while it lives (`Communicator::world()` needs it).
 
 namespace shardex::mpi {
 
