@@ -1,4 +1,5 @@
-// cuBLAS behind include/shardex/device/cuda/blas.hpp.
+// cuBLAS behind include/shardex/device/cuda/blas.hpp. The _64 entry points:
+// sizes and leading dims past 2^31 (seq * heads * dh) are not cut to int.
 #include "shardex/device/cuda/blas.hpp"
 
 #include <cublas_v2.h>
@@ -22,15 +23,13 @@ void check_blas(cublasStatus_t st, const GemmShape& g) {
 
 cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, const GemmShape& g, const float* alpha,
                        const float* b, const float* a, const float* beta, float* c) {
-  return cublasSgemmStridedBatched(h, ob, oa, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), alpha, b,
-                                   static_cast<int>(g.ldb), g.stride_b, a, static_cast<int>(g.lda), g.stride_a, beta, c,
-                                   static_cast<int>(g.ldc), g.stride_c, static_cast<int>(g.batch));
+  return cublasSgemmStridedBatched_64(h, ob, oa, g.n, g.m, g.k, alpha, b, g.ldb, g.stride_b, a, g.lda, g.stride_a, beta, c,
+                                      g.ldc, g.stride_c, g.batch);
 }
 cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, const GemmShape& g, const double* alpha,
                        const double* b, const double* a, const double* beta, double* c) {
-  return cublasDgemmStridedBatched(h, ob, oa, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), alpha, b,
-                                   static_cast<int>(g.ldb), g.stride_b, a, static_cast<int>(g.lda), g.stride_a, beta, c,
-                                   static_cast<int>(g.ldc), g.stride_c, static_cast<int>(g.batch));
+  return cublasDgemmStridedBatched_64(h, ob, oa, g.n, g.m, g.k, alpha, b, g.ldb, g.stride_b, a, g.lda, g.stride_a, beta, c,
+                                      g.ldc, g.stride_c, g.batch);
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 
 #include <cublas_v2.h>
 
+#include <deque>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "shardex/core/error.hpp"
 
@@ -47,17 +47,23 @@ int current_device() {
   return d;
 }
 
-/// Per-device resources, made on first use and kept for the life of the
-/// process (destroying them at exit would race the driver's own teardown).
+/// Per-device resources, made on first use under one lock and kept for the
+/// life of the process (destroying them at exit would race the driver's own
+/// teardown). A deque: growing it never moves the entries handed out.
 struct PerDevice {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  std::size_t max_pitch = 0;
 };
 
-PerDevice& resources(int device) {
-  static std::mutex mutex;
-  static std::vector<PerDevice> all;
-  std::lock_guard<std::mutex> lock(mutex);
+std::mutex& resources_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// The current device's entry; the caller holds resources_mutex().
+PerDevice& resources_locked(int device) {
+  static std::deque<PerDevice> all;
   if (all.size() <= static_cast<std::size_t>(device)) all.resize(static_cast<std::size_t>(device) + 1);
   return all[static_cast<std::size_t>(device)];
 }
@@ -65,9 +71,23 @@ PerDevice& resources(int device) {
 }  // namespace
 
 cudaStream_t compute_stream() {
-  PerDevice& r = resources(current_device());
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(resources_mutex());
+  PerDevice& r = resources_locked(device);
   if (!r.stream) check(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   return r.stream;
+}
+
+std::size_t max_pitch() {
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(resources_mutex());
+  PerDevice& r = resources_locked(device);
+  if (r.max_pitch == 0) {
+    int v = 0;
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxPitch, device), "cudaDeviceGetAttribute (cudaDevAttrMaxPitch)");
+    r.max_pitch = static_cast<std::size_t>(v);
+  }
+  return r.max_pitch;
 }
 
 void synchronize() { check(cudaStreamSynchronize(compute_stream()), "cudaStreamSynchronize (compute stream)"); }
@@ -88,7 +108,9 @@ void copy_to_host(void* dst, const void* src, std::int64_t bytes) {
 
 void* blas_handle() {
   cudaStream_t s = compute_stream();
-  PerDevice& r = resources(current_device());
+  const int device = current_device();
+  std::lock_guard<std::mutex> lock(resources_mutex());
+  PerDevice& r = resources_locked(device);
   if (!r.blas) {
     const cublasStatus_t st = cublasCreate(&r.blas);
     if (st != CUBLAS_STATUS_SUCCESS)

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -88,7 +89,21 @@ Communicator Communicator::create(const mpi::Communicator& control, Options opti
   auto h = std::make_shared<Handle>();
   h->control = control;
   h->timeout = options.timeout;
-  h->device = pick_device(control, options.device);
+  // Every rank learns whether every rank found its GPU before any waits in the
+  // bootstrap broadcast (a rank that threw alone would leave the others there).
+  std::string no_device;
+  try {
+    h->device = pick_device(control, options.device);
+  } catch (const error& e) {
+    no_device = e.what();
+  }
+  std::int64_t found = no_device.empty() ? 1 : 0;
+  control.all_reduce_min(&found, 1);
+  if (!found)
+    throw backend_error(no_device.empty() ? "shardex::nccl::Communicator::create" + where(control) +
+                                                ": another rank found no GPU to use, so no rank starts NCCL"
+                                          : no_device,
+                        0);
   cuda::set_device(h->device);
   cuda::check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (NCCL stream)");
   cuda::check(cudaEventCreateWithFlags(&h->compute_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -141,7 +156,8 @@ void Communicator::abort(const std::string& reason) const {
   if (!handle_ || handle_->aborted) return;
   handle_->aborted = true;
   handle_->abort_reason = reason;
-  if (handle_->comm) ncclCommAbort(handle_->comm);
+  if (handle_->comm) ncclCommAbort(handle_->comm);  // frees the communicator: never touch it again
+  handle_->comm = nullptr;
 }
 
 void Communicator::begin(const char* what) const {
@@ -151,7 +167,7 @@ void Communicator::begin(const char* what) const {
 }
 
 void Communicator::finish(ncclResult_t rc, const char* what) const {
-  const Handle& h = *handle_;
+  const Handle& h = handle(what);  // throws if aborted: the NCCL handle is gone
   const auto fail = [&](const std::string& why) {
     const std::string msg = std::string("shardex::nccl::") + what + where(h.control) + ": " + why;
     abort(msg);
@@ -215,14 +231,20 @@ void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t cou
     case ncclFloat64: case ncclInt64: elem = 8; break;
     default: elem = 1; break;
   }
-  ncclGroupStart();
-  for (int peer = 0; peer < size_; ++peer) {
-    ncclSend(static_cast<const char*>(send) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t, peer,
-             handle_->comm, handle_->stream);
-    ncclRecv(static_cast<char*>(recv) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t, peer,
-             handle_->comm, handle_->stream);
+  ncclResult_t rc = ncclGroupStart();
+  for (int peer = 0; rc == ncclSuccess && peer < size_; ++peer) {
+    rc = ncclSend(static_cast<const char*>(send) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t,
+                  peer, handle_->comm, handle_->stream);
+    if (rc == ncclSuccess)
+      rc = ncclRecv(static_cast<char*>(recv) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t,
+                    peer, handle_->comm, handle_->stream);
   }
-  finish(ncclGroupEnd(), "ncclAlltoAll (grouped send/receive)");
+  const ncclResult_t end = ncclGroupEnd();
+  if (rc != ncclSuccess) {
+    finish(rc, "ncclSend/ncclRecv (all_to_all)");
+    return;
+  }
+  finish(end, "ncclAlltoAll (grouped send/receive)");
 #endif
 }
 
@@ -235,7 +257,7 @@ void Communicator::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t
 }
 
 // ---- Group ---------------------------------------------------------------------
-Group::Group(const Communicator& c) : comm_(&c) {
+Group::Group(const Communicator& c) : comm_(&c), exceptions_(std::uncaught_exceptions()) {
   c.begin("group");
   const ncclResult_t rc = ncclGroupStart();
   if (rc != ncclSuccess) {
@@ -246,51 +268,59 @@ Group::Group(const Communicator& c) : comm_(&c) {
 
 Group::~Group() {
   if (!open_) return;
+  if (std::uncaught_exceptions() > exceptions_) {
+    // Left by an exception before end(): the calls queued so far would never be
+    // matched by the peers. Close the group and abort at once, instead of
+    // letting the watchdog find out minutes later.
+    open_ = false;
+    ncclGroupEnd();
+    comm_->abort("a group of NCCL calls on rank " + std::to_string(comm_->rank()) + " was left by an exception before end()");
+    return;
+  }
   try {
     end();
   } catch (...) {  // a destructor must not throw; end() has aborted the communicator
   }
 }
 
-namespace {
-void check_peer(const Communicator& c, int peer, const char* what) {
-  if (peer < 0 || peer >= c.size())
-    throw invalid_argument(std::string("shardex::nccl::Group::") + what + " on rank " + std::to_string(c.rank()) + " of " +
-                           std::to_string(c.size()) + ": peer " + std::to_string(peer) + " out of range");
+void Group::check_peer(int peer, const char* what) const {
+  if (peer < 0 || peer >= comm_->size())
+    throw invalid_argument(std::string("shardex::nccl::Group::") + what + " on rank " + std::to_string(comm_->rank()) + " of " +
+                           std::to_string(comm_->size()) + ": peer " + std::to_string(peer) + " out of range");
 }
-void check_issue(const Communicator& c, ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess && rc != ncclInProgress) {
-    ncclGroupEnd();
-    const std::string msg = std::string("shardex::nccl::") + what + " on rank " + std::to_string(c.rank()) + ": " + ncclGetErrorString(rc);
-    c.abort(msg);
-    throw backend_error(msg, static_cast<int>(rc));
-  }
+
+void Group::check_issue(ncclResult_t rc, const char* what) {
+  if (rc == ncclSuccess || rc == ncclInProgress) return;
+  open_ = false;
+  ncclGroupEnd();
+  const std::string msg = std::string("shardex::nccl::") + what + " on rank " + std::to_string(comm_->rank()) + ": " + ncclGetErrorString(rc);
+  comm_->abort(msg);
+  throw backend_error(msg, static_cast<int>(rc));
 }
-}  // namespace
 
 void Group::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) {
-  check_peer(*comm_, root, "broadcast");
+  check_peer(root, "broadcast");
   if (count == 0) return;
-  check_issue(*comm_, ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, comm_->native(), comm_->stream()), "ncclBroadcast");
+  check_issue(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, comm_->native(), comm_->stream()), "ncclBroadcast");
 }
 
 void Group::reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t, int root) {
-  check_peer(*comm_, root, "reduce");
+  check_peer(root, "reduce");
   if (count == 0) return;
-  check_issue(*comm_, ncclReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, root, comm_->native(), comm_->stream()),
+  check_issue(ncclReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, root, comm_->native(), comm_->stream()),
               "ncclReduce");
 }
 
 void Group::send_raw(const void* buf, std::int64_t count, ncclDataType_t t, int peer) {
-  check_peer(*comm_, peer, "send");
+  check_peer(peer, "send");
   if (count == 0) return;
-  check_issue(*comm_, ncclSend(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclSend");
+  check_issue(ncclSend(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclSend");
 }
 
 void Group::recv_raw(void* buf, std::int64_t count, ncclDataType_t t, int peer) {
-  check_peer(*comm_, peer, "recv");
+  check_peer(peer, "recv");
   if (count == 0) return;
-  check_issue(*comm_, ncclRecv(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclRecv");
+  check_issue(ncclRecv(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclRecv");
 }
 
 void Group::end() {

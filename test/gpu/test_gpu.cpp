@@ -40,7 +40,8 @@ using S1 = Sharded<1>;
 const mpi::Communicator& host() { return test::world(); }
 
 const nccl::Communicator& gpu() {
-  static const nccl::Communicator comm = nccl::Communicator::create(host());
+  // A short watchdog: a mismatch fails in seconds, not after the default 5 minutes.
+  static const nccl::Communicator comm = nccl::Communicator::create(host(), {.timeout = std::chrono::seconds(60)});
   return comm;
 }
 

@@ -67,7 +67,9 @@ public:
   explicit Group(const Communicator& c);
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
-  /// Ends the group if `end()` was not called (errors are then swallowed).
+  /// Ends the group if `end()` was not called (errors are then swallowed);
+  /// left by an exception, it aborts the communicator instead (the peers would
+  /// wait for calls this rank never finished issuing).
   ~Group();
 
   template <class T> void broadcast(T* buf, std::int64_t count, int root) { broadcast_raw(buf, count, datatype<T>(), root); }
@@ -82,7 +84,11 @@ private:
   void reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t, int root);
   void send_raw(const void* buf, std::int64_t count, ncclDataType_t t, int peer);
   void recv_raw(void* buf, std::int64_t count, ncclDataType_t t, int peer);
+  void check_peer(int peer, const char* what) const;
+  /// Closes the group, aborts the communicator and throws unless rc is fine.
+  void check_issue(ncclResult_t rc, const char* what);
   const Communicator* comm_;
+  int exceptions_;  ///< std::uncaught_exceptions() when the group began
   bool open_ = true;
 };
 

@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -73,18 +74,34 @@ struct Cuda {
   }
 
   /// The strided block copy of the lowering plans (pad, unpad, slice, pack and
-  /// unpack of strided shards) is one 2-d copy: `outer` rows of len * inner
-  /// elements, with the pitches of the source and destination extents.
+  /// unpack of strided shards): one copy when the block is contiguous in both
+  /// arrays, else one 2-d copy (`outer` rows of len * inner elements with the
+  /// pitches of the two extents), or one copy per row where a pitch exceeds
+  /// what cudaMemcpy2D accepts.
   template <class T>
   static void copy_block(const T* src, std::int64_t src_extent, std::int64_t src_off, T* dst, std::int64_t dst_extent,
                          std::int64_t dst_off, std::int64_t outer, std::int64_t len, std::int64_t inner) {
     const std::int64_t row = len * inner;
     if (row == 0 || outer == 0) return;
     const auto bytes = [](std::int64_t elems) { return static_cast<std::size_t>(elems) * sizeof(T); };
-    cuda::check(cudaMemcpy2DAsync(dst + dst_off * inner, bytes(dst_extent * inner), src + src_off * inner,
-                                  bytes(src_extent * inner), bytes(row), static_cast<std::size_t>(outer),
+    const T* from = src + src_off * inner;
+    T* to = dst + dst_off * inner;
+    if (outer == 1 || (src_extent == len && dst_extent == len)) {
+      cuda::check(cudaMemcpyAsync(to, from, bytes(outer * row), cudaMemcpyDeviceToDevice, cuda::compute_stream()),
+                  "cudaMemcpyAsync (copy_block)");
+      return;
+    }
+    const std::size_t spitch = bytes(src_extent * inner), dpitch = bytes(dst_extent * inner);
+    if (std::max(spitch, dpitch) <= cuda::max_pitch()) {
+      cuda::check(cudaMemcpy2DAsync(to, dpitch, from, spitch, bytes(row), static_cast<std::size_t>(outer),
+                                    cudaMemcpyDeviceToDevice, cuda::compute_stream()),
+                  "cudaMemcpy2DAsync (copy_block)");
+      return;
+    }
+    for (std::int64_t o = 0; o < outer; ++o)
+      cuda::check(cudaMemcpyAsync(to + o * dst_extent * inner, from + o * src_extent * inner, bytes(row),
                                   cudaMemcpyDeviceToDevice, cuda::compute_stream()),
-                "cudaMemcpy2DAsync (copy_block)");
+                  "cudaMemcpyAsync (copy_block, one row)");
   }
 
   /// Host -> device and device -> host copies of n elements.
@@ -107,7 +124,9 @@ struct Cuda {
   }
   template <class T>
   static void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
-    cuda::kernels::sum_middle(in, out, outer, extent, inner, cuda::compute_stream());
+    // One output (sum over everything): one block's reduction, not one thread's loop.
+    if (outer * inner == 1) cuda::kernels::sum(in, extent, out, cuda::compute_stream());
+    else cuda::kernels::sum_middle(in, out, outer, extent, inner, cuda::compute_stream());
   }
   template <class T>
   static void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -31,6 +32,9 @@ void set_device(int device);
 
 /// The compute stream of the current device (created on first use, non-blocking).
 cudaStream_t compute_stream();
+
+/// The largest pitch, in bytes, that cudaMemcpy2D accepts on the current device.
+std::size_t max_pitch();
 
 /// Waits for everything queued on the compute stream.
 void synchronize();
