@@ -151,5 +151,6 @@ struct Cuda {
 };
 
 static_assert(Device<Cuda>);
+static_assert(CollectiveBackend<nccl::Communicator>);
 
 }  // namespace shardex

@@ -148,6 +148,9 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   }
 }
 
+static_assert(Device<Host>);
+static_assert(CollectiveBackend<mpi::Communicator>);
+
 template <class T>
 T Host::sum(const T* x, std::int64_t n) {
   return n == 0 ? T(0) : host::ConstArrayMap<T>(x, static_cast<Eigen::Index>(n)).sum();
