@@ -267,6 +267,11 @@ TEST_CASE("the NCCL communicator: ranks, device, and v_collective refused at run
   CHECK(gpu().device() >= 0);
   CHECK_FALSE(nccl::Communicator::has_v_collectives);
   auto x = to<Cuda>(random<float, S0>({host().size(), 2}, 5, Lens(static_cast<std::size_t>(host().size()), 1)), gpu());
+  // The planner resolves strategies for the backend: without v collectives, even
+  // lengths take the padded (plain) all-gather.
+  const auto plan = explain(all_gather(x));
+  REQUIRE(plan.steps.size() == 1);
+  CHECK(plan.steps[0].strategy == "padded");
   const auto gather_v = [&] { return Tensor<float, Replicated, Cuda>(all_gather(x, Strategy::v_collective)); };
   CHECK_THROWS_WITH_AS(gather_v(), doctest::Contains("v_collective needs a backend with v collectives"), invalid_argument);
 }
