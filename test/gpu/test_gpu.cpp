@@ -277,3 +277,30 @@ TEST_CASE("the NCCL communicator: ranks, device, and v_collective refused at run
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("a call no peer matches ends in an abort with a message, not a hang") {
+  // A receive from this rank with no send: NCCL waits for it forever. The
+  // watchdog of a communicator with a short timeout must abort it and throw.
+  const auto comm = nccl::Communicator::create(host(), {.timeout = std::chrono::seconds(3)});
+  auto buf = Cuda::allocate<float>(4);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    auto g = comm.group();
+    g.recv(buf.get(), 4, comm.rank());
+    CHECK_THROWS_AS(g.end(), backend_error);
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("waited " << waited << " s");
+  CHECK(waited < 60);
+  CHECK(comm.aborted());
+  CHECK_THROWS_WITH_AS(comm.all_reduce(buf.get(), 4), doctest::Contains("aborted earlier"), backend_error);
+  // The other communicator is untouched.
+  auto y = to<Cuda>(random<double, S0>({host().size(), 2}, 6, Lens(static_cast<std::size_t>(host().size()), 1)), gpu());
+  Tensor<double, Replicated> yh = all_gather(to<Host>(y));
+  Tensor<double, Replicated, Cuda> yc = all_gather(y);
+  CHECK_CLOSE(yc, yh, double, "all_gather after another communicator's abort");
+}
+
+}  // namespace
