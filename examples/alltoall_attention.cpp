@@ -66,10 +66,10 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     run.losses.push_back(example::value(loss));
     if (step + 1 == steps) {
       run.last = {{"output", example::on_host(eager::all_gather<Invariant>(y.detach()))},
-                  {"dWq", example::on_host(model.wq.grad().clone())},
-                  {"dWk", example::on_host(model.wk.grad().clone())},
-                  {"dWv", example::on_host(model.wv.grad().clone())},
-                  {"dWo", example::on_host(model.wo.grad().clone())}};
+                  {"dWq", example::on_host(model.wq.grad())},
+                  {"dWk", example::on_host(model.wk.grad())},
+                  {"dWv", example::on_host(model.wv.grad())},
+                  {"dWo", example::on_host(model.wo.grad())}};
     }
     sgd_step(f.real("lr"), model.wq, model.wk, model.wv, model.wo);
     if (report) example::print_step(comm, step, run.losses.back(), t0);

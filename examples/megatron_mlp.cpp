@@ -61,11 +61,11 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     backward(loss);
     run.losses.push_back(example::value(loss));
     if (step + 1 == steps) {  // keep the last step's output and gradients, gathered whole
-      run.last = {{"output", example::on_host(y.detach())},
+      run.last = {{"output", example::on_host(y)},
                   {"dA", example::on_host(eager::all_gather<Invariant>(model.A.grad()))},
                   {"da", example::on_host(eager::all_gather<Invariant>(model.a.grad()))},
                   {"dB", example::on_host(eager::all_gather<Invariant>(model.B.grad()))},
-                  {"db", example::on_host(model.b.grad().clone())}};
+                  {"db", example::on_host(model.b.grad())}};
     }
     sgd_step(f.real("lr"), model.A, model.a, model.B, model.b);
     if (report) example::print_step(comm, step, run.losses.back(), t0);

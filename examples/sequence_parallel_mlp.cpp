@@ -65,7 +65,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
                   {"dA", example::on_host(eager::all_gather<Invariant>(model.A.grad()))},
                   {"da", example::on_host(eager::all_gather<Invariant>(model.a.grad()))},
                   {"dB", example::on_host(eager::all_gather<Invariant>(model.B.grad()))},
-                  {"db", example::on_host(model.b.grad().clone())}};
+                  {"db", example::on_host(model.b.grad())}};
     }
     sgd_step(f.real("lr"), model.A, model.a, model.B, model.b);
     if (report) example::print_step(comm, step, run.losses.back(), t0);

@@ -117,17 +117,18 @@ shardex::Tensor<T, L, Dev> normal(const typename Dev::communicator& comm, const 
   else return shardex::to<Dev>(h, comm);
 }
 
-/// x on the host, outside the graph.
+/// A copy of x on the host, outside the graph (later steps do not change it).
 template <class T, shardex::LayoutTag L, class Dev>
 shardex::Tensor<T, L> on_host(const shardex::Tensor<T, L, Dev>& x) {
-  if constexpr (std::same_as<Dev, shardex::Host>) return x.detach();
+  if constexpr (std::same_as<Dev, shardex::Host>) return x.detach().clone();
   else return shardex::to<shardex::Host>(x.detach());
 }
 
 /// The value of a one-element tensor (a loss), on the host.
 template <class T, shardex::LayoutTag L, class Dev>
 double value(const shardex::Tensor<T, L, Dev>& x) {
-  return double(on_host(x).data()[0]);
+  if constexpr (std::same_as<Dev, shardex::Host>) return double(x.data()[0]);
+  else return double(on_host(x).data()[0]);
 }
 
 /// The training data cycles through `batches` fixed batches; the mean loss of

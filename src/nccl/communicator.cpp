@@ -46,38 +46,29 @@ std::string where(const mpi::Communicator& c) {
   return " on rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size());
 }
 
-/// The GPU for this rank: its rank among the ranks on its node.
-int pick_device(const mpi::Communicator& control, int requested) {
-  const std::string no_gpu = cuda::no_gpu_reason();
-  if (!no_gpu.empty()) throw backend_error("shardex::nccl::Communicator::create" + where(control) + ": no usable GPU: " + no_gpu, 0);
-  const int gpus = cuda::device_count();
-  if (requested >= 0) {
-    if (requested >= gpus)
-      throw invalid_argument("shardex::nccl::Communicator::create" + where(control) + ": device " + std::to_string(requested) +
-                             " requested but this node has " + std::to_string(gpus) + " GPU(s)");
-    return requested;
-  }
-  const mpi::Communicator node = control.split_node_local();
-  if (node.size() > gpus)
-    throw backend_error("shardex::nccl::Communicator::create" + where(control) + ": " + std::to_string(node.size()) +
-                            " ranks share this node but it has " + std::to_string(gpus) +
-                            " GPU(s); NCCL needs one GPU per rank (it refuses two ranks on one GPU)",
-                        0);
-  return node.rank();
+/// Why the ranks of `node` (this node's ranks of a run) cannot each have a GPU
+/// of their own; empty when they can.
+std::string node_problem(const mpi::Communicator& node) {
+  std::string why = cuda::no_gpu_reason();
+  if (why.empty() && node.size() > cuda::device_count())
+    why = std::to_string(node.size()) + " ranks share a node that has " + std::to_string(cuda::device_count()) +
+          " GPU(s); NCCL needs one GPU per rank (it refuses two ranks on one GPU)";
+  return why;
+}
+
+/// `why` made common to all ranks: empty on every rank, or non-empty on every
+/// rank (a rank that gave up alone would leave its peers waiting in a collective).
+std::string agreed(const mpi::Communicator& control, std::string why) {
+  std::int64_t ok = why.empty() ? 1 : 0;
+  control.all_reduce_min(&ok, 1);
+  if (!ok && why.empty()) why = "another rank of this run cannot use a GPU";
+  return why;
 }
 
 }  // namespace
 
 std::string unavailable_reason(const mpi::Communicator& control) {
-  std::string why = cuda::no_gpu_reason();
-  const int here = control.split_node_local().size();
-  if (why.empty() && here > cuda::device_count())
-    why = std::to_string(here) + " ranks share a node that has " + std::to_string(cuda::device_count()) +
-          " GPU(s); NCCL needs one GPU per rank (it refuses two ranks on one GPU)";
-  std::int64_t ok = why.empty() ? 1 : 0;
-  control.all_reduce_min(&ok, 1);
-  if (!ok && why.empty()) why = "another rank of this run cannot use a GPU";
-  return why;
+  return agreed(control, node_problem(control.split_node_local()));
 }
 
 Communicator::Communicator(std::shared_ptr<Handle> h) : handle_(std::move(h)) {
@@ -89,21 +80,23 @@ Communicator Communicator::create(const mpi::Communicator& control, Options opti
   auto h = std::make_shared<Handle>();
   h->control = control;
   h->timeout = options.timeout;
-  // Every rank learns whether every rank found its GPU before any waits in the
-  // bootstrap broadcast (a rank that threw alone would leave the others there).
-  std::string no_device;
-  try {
-    h->device = pick_device(control, options.device);
-  } catch (const error& e) {
-    no_device = e.what();
+  // This rank's GPU: the one requested, or its rank among its node's ranks.
+  // Every rank learns whether every rank has one before any waits in the
+  // bootstrap broadcast.
+  const mpi::Communicator node = control.split_node_local();
+  std::string why = options.device < 0 ? node_problem(node) : cuda::no_gpu_reason();
+  const bool bad_request = why.empty() && options.device >= cuda::device_count();
+  if (bad_request)
+    why = "device " + std::to_string(options.device) + " requested but this node has " +
+          std::to_string(cuda::device_count()) + " GPU(s)";
+  const bool mine = !why.empty();
+  why = agreed(control, why);
+  if (!why.empty()) {
+    const std::string msg = "shardex::nccl::Communicator::create" + where(control) + ": " + why;
+    if (mine && bad_request) throw invalid_argument(msg);
+    throw backend_error(msg, 0);
   }
-  std::int64_t found = no_device.empty() ? 1 : 0;
-  control.all_reduce_min(&found, 1);
-  if (!found)
-    throw backend_error(no_device.empty() ? "shardex::nccl::Communicator::create" + where(control) +
-                                                ": another rank found no GPU to use, so no rank starts NCCL"
-                                          : no_device,
-                        0);
+  h->device = options.device >= 0 ? options.device : node.rank();
   cuda::set_device(h->device);
   cuda::check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (NCCL stream)");
   cuda::check(cudaEventCreateWithFlags(&h->compute_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
