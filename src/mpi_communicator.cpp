@@ -5,6 +5,8 @@
 
 #include <climits>
 
+#include "shardex/core/counters.hpp"
+
 #include "shardex/backend/mpi/environment.hpp"
 
 namespace shardex::mpi {
@@ -98,30 +100,35 @@ void Communicator::barrier() const { check(MPI_Barrier(need(native(), "MPI_Barri
 void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allgather");
+  detail::BackendTimer timer;
   check(MPI_Allgather(send, n, t, recv, n, t, need(native(), "MPI_Allgather")), "MPI_Allgather");
 }
 
 void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Reduce_scatter_block");
+  detail::BackendTimer timer;
   check(MPI_Reduce_scatter_block(send, recv, n, t, MPI_SUM, need(native(), "MPI_Reduce_scatter_block")),
         "MPI_Reduce_scatter_block");
 }
 
-void Communicator::all_reduce_raw(void* buf, std::int64_t count, Dtype dt) const {
+void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allreduce");
-  check(MPI_Allreduce(MPI_IN_PLACE, buf, n, t, MPI_SUM, need(native(), "MPI_Allreduce")), "MPI_Allreduce");
+  detail::BackendTimer timer;
+  check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, MPI_SUM, need(native(), "MPI_Allreduce")), "MPI_Allreduce");
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Alltoall");
+  detail::BackendTimer timer;
   check(MPI_Alltoall(send, n, t, recv, n, t, need(native(), "MPI_Alltoall")), "MPI_Alltoall");
 }
 
 void Communicator::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) const {
   const MPI_Datatype t = mpi_type(dt);
+  detail::BackendTimer timer;
   check(MPI_Bcast(buf, to_count(count, "MPI_Bcast"), t, root, need(native(), "MPI_Bcast")), "MPI_Bcast");
 }
 
@@ -130,6 +137,7 @@ void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* 
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Allgatherv");
   const auto d = to_counts(displs, "MPI_Allgatherv");
+  detail::BackendTimer timer;
   check(MPI_Allgatherv(send, to_count(count, "MPI_Allgatherv"), t, recv, c.data(), d.data(), t,
                        need(native(), "MPI_Allgatherv")),
         "MPI_Allgatherv");
@@ -139,6 +147,7 @@ void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<
                                         Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Reduce_scatter");
+  detail::BackendTimer timer;
   check(MPI_Reduce_scatter(send, recv, c.data(), t, MPI_SUM, need(native(), "MPI_Reduce_scatter")), "MPI_Reduce_scatter");
 }
 
@@ -151,11 +160,13 @@ void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64
   const auto sd = to_counts(send_displs, "MPI_Alltoallv");
   const auto rc = to_counts(recv_counts, "MPI_Alltoallv");
   const auto rd = to_counts(recv_displs, "MPI_Alltoallv");
+  detail::BackendTimer timer;
   check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, need(native(), "MPI_Alltoallv")),
         "MPI_Alltoallv");
 }
 
 void Communicator::all_reduce_min(std::int64_t* buf, int count) const {
+  detail::BackendTimer timer;
   check(MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_INT64_T, MPI_MIN, need(native(), "MPI_Allreduce(min)")),
         "MPI_Allreduce(min)");
 }
@@ -207,6 +218,7 @@ void Group::recv_raw(void* buf, std::int64_t count, Dtype dt, int peer) {
 void Group::end() {
   std::vector<MPI_Request> rs;
   rs.swap(state_->requests);
+  detail::BackendTimer timer;
   if (!rs.empty())
     check(MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (group end)");
 }

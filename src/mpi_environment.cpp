@@ -2,6 +2,7 @@
 #include "shardex/backend/mpi/environment.hpp"
 
 #include "shardex/backend/mpi/communicator.hpp"
+#include "shardex/device/host/memory_pool.hpp"
 
 namespace shardex::mpi {
 
@@ -14,6 +15,7 @@ bool initialized() {
 }  // namespace
 
 Environment::Environment(int& argc, char**& argv) {
+  host::keep_freed_memory();
   if (!initialized()) {
     check(MPI_Init(&argc, &argv), "MPI_Init");
     owns_ = true;
@@ -21,6 +23,7 @@ Environment::Environment(int& argc, char**& argv) {
 }
 
 Environment::Environment() {
+  host::keep_freed_memory();
   if (!initialized()) {
     check(MPI_Init(nullptr, nullptr), "MPI_Init");
     owns_ = true;

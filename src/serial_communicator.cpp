@@ -103,9 +103,10 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
   copy(send, recv, count, t);
 }
 
-void Communicator::all_reduce_raw(void* /*buf*/, std::int64_t count, Dtype /*t*/) const {
+void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
   need(handle_.get(), "all_reduce");
-  need_count(count, "all_reduce");  // the sum over one rank is the buffer itself
+  need_count(count, "all_reduce");
+  if (send != recv) copy(send, recv, count, t);  // the sum over one rank is its own buffer
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "shardex/config.hpp"
+#include "shardex/device/host/memory_pool.hpp"
 
 #if SHARDEX_WITH_MPI
 #error "serial_environment.cpp is the build without MPI; src/meson.build compiles mpi_environment.cpp instead"
@@ -20,7 +21,10 @@ std::atomic<int> g_alive{0};  // Environments alive now
 
 Environment::Environment(int& /*argc*/, char**& /*argv*/) : Environment() {}
 
-Environment::Environment() : owns_(true) { ++g_alive; }
+Environment::Environment() : owns_(true) {
+  host::keep_freed_memory();
+  ++g_alive;
+}
 
 Environment::~Environment() {
   if (owns_) --g_alive;

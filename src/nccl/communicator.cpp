@@ -205,10 +205,10 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
          "ncclReduceScatter");
 }
 
-void Communicator::all_reduce_raw(void* buf, std::int64_t count, ncclDataType_t t) const {
+void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
   if (count == 0) return;
   begin("all_reduce");
-  finish(ncclAllReduce(buf, buf, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream), "ncclAllReduce");
+  finish(ncclAllReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream), "ncclAllReduce");
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {

@@ -56,10 +56,12 @@ public:
   /// grad += g. A leaf owns its gradient (it accumulates across steps); an
   /// intermediate takes the first contribution as it is and sums out of place
   /// afterwards, so no storage shared with another tensor is ever written.
+  /// A contribution nobody else holds (a fresh result the caller drops) is
+  /// adopted, and a sum nobody else holds is added to in place: no copy.
   void accumulate(const grad_type& g) {
     if (!grad) {
-      grad = is_leaf() ? g.clone() : g;
-    } else if (is_leaf()) {
+      grad = is_leaf() && !g.owns_storage_alone() ? g.clone() : g;
+    } else if (is_leaf() || grad->owns_storage_alone()) {
       Device::axpy(grad->size(), T(1), g.data(), grad->data());
     } else {
       grad_type sum = grad->clone();

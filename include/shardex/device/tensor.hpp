@@ -62,8 +62,17 @@ public:
     return t;
   }
 
+  /// Uninitialized local storage (like torch.empty), from the device's memory
+  /// pool: for results that are written whole before anyone reads them.
+  static Tensor empty(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
+    Tensor t(comm, global, std::move(m), "shardex::Tensor::empty");
+    t.storage_ = Device::template allocate_uninitialized<T>(t.local_.numel());
+    t.data_ = t.storage_.get();
+    return t;
+  }
+
   static Tensor full(const communicator_type& comm, const Shape& global, T value, mapping_type m = {}) {
-    Tensor t = zeros(comm, global, std::move(m));
+    Tensor t = empty(comm, global, std::move(m));
     Device::fill(t.data(), t.size(), value);
     return t;
   }
@@ -147,7 +156,7 @@ public:
                            mapping_type m = {}) {
     // The checks of view_local, on a host pointer that is only looked at, then one upload.
     const Tensor v = view_local(comm, local_shape, const_cast<T*>(local.data()), local.size(), std::move(m));
-    Tensor t = zeros(comm, v.shape(), v.mapping());
+    Tensor t = empty(comm, v.shape(), v.mapping());
     Device::upload(t.data(), local.data(), t.size());
     return t;
   }
@@ -213,6 +222,9 @@ public:
   [[nodiscard]] std::int64_t size() const noexcept { return local_.numel(); }
   [[nodiscard]] std::span<T> local() const noexcept { return {data_, static_cast<std::size_t>(size())}; }
   [[nodiscard]] bool is_view() const noexcept { return storage_ == nullptr && data_ != nullptr; }
+  /// Whether this handle is the only owner of its storage (no copy, view or
+  /// relabelled tensor shares it), so that writing it in place is unseen.
+  [[nodiscard]] bool owns_storage_alone() const noexcept { return storage_ != nullptr && storage_.use_count() == 1; }
 
   /// The lengths of a sharded layout (one per rank).
   [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept
@@ -251,7 +263,7 @@ public:
   /// A deep copy (owning), same layout and communicator.
   [[nodiscard]] Tensor clone() const {
     Tensor t = *this;
-    t.storage_ = Device::template allocate<T>(size());
+    t.storage_ = Device::template allocate_uninitialized<T>(size());
     t.data_ = t.storage_.get();
     Device::copy_block(data_, 1, 0, t.data_, 1, 0, 1, 1, size());
     return t;

@@ -122,24 +122,30 @@ auto add_bias(const X& x, const B& b) {
 // ---- evaluation ------------------------------------------------------------------
 namespace detail {
 
-/// A leaf of the fused pass: an evaluated tensor, read at i (or at i mod its
-/// size when broadcast), and the gradient buffer the backward pass fills.
+/// A leaf of the fused pass: an evaluated tensor, read at i (or, broadcast
+/// along the last dim, at j = i mod its size), and the gradient buffer the
+/// backward pass fills. The host pass walks rows, so j comes without a division.
 template <class T, class L, class Dev>
 struct FusedLeaf {
   Tensor<T, L, Dev> t;
-  std::int64_t mod = 0;  // 0: read at i; else at i % mod
+  std::int64_t mod = 0;  // 0: read at i; else at j = i % mod (mod is the last local dim)
   std::optional<Tensor<T, dual_t<L>, Dev>> grad;
+  T* grad_data = nullptr;  // grad's storage while the backward pass runs
 
-  [[nodiscard]] T value(std::int64_t i) const { return t.data()[mod ? i % mod : i]; }
-  void backprop(std::int64_t i, T g) {
-    if (grad) grad->data()[mod ? i % mod : i] += g;
+  [[nodiscard]] T value(std::int64_t i, std::int64_t j) const { return t.data()[mod ? j : i]; }
+  void backprop(std::int64_t i, std::int64_t j, T g) {
+    if (grad_data) grad_data[mod ? j : i] += g;
   }
   void prepare() {
-    if (t.node()) grad = t.node()->make_full(T(0));
+    if (t.node()) {
+      grad = t.node()->make_full(T(0));
+      grad_data = grad->data();
+    }
   }
   void flush() {
     if (grad) t.node()->accumulate(*grad);
     grad.reset();
+    grad_data = nullptr;
   }
   /// Appends this leaf to `p` (a device pass); returns its slot.
   int emit(FusedProgram<T>& p) const {
@@ -206,22 +212,22 @@ struct FusedNode {
   Op op;
   std::tuple<B...> args;
 
-  [[nodiscard]] T value(std::int64_t i) const {
-    return std::apply([&](const auto&... a) { return op.f(a.value(i)...); }, args);
+  [[nodiscard]] T value(std::int64_t i, std::int64_t j) const {
+    return std::apply([&](const auto&... a) { return op.f(a.value(i, j)...); }, args);
   }
-  void backprop(std::int64_t i, T g) {
+  void backprop(std::int64_t i, std::int64_t j, T g) {
     if constexpr (sizeof...(B) == 1) {
       auto& a = std::get<0>(args);
       T ga{};
-      op.df(a.value(i), g, ga);
-      a.backprop(i, ga);
+      op.df(a.value(i, j), g, ga);
+      a.backprop(i, j, ga);
     } else {
       auto& a = std::get<0>(args);
       auto& b = std::get<1>(args);
       T ga{}, gb{};
-      op.df(a.value(i), b.value(i), g, ga, gb);
-      a.backprop(i, ga);
-      b.backprop(i, gb);
+      op.df(a.value(i, j), b.value(i, j), g, ga, gb);
+      a.backprop(i, j, ga);
+      b.backprop(i, j, gb);
     }
   }
   /// Appends the operands, then this node, to `p`; returns its slot.
@@ -276,14 +282,18 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   static_assert(Dev::fused_on_host || (Tree::instrs <= FusedProgram<T>::max_instrs && Tree::leaves <= FusedProgram<T>::max_leaves),
                 "shardex: this element-wise expression is too long to fuse into one GPU pass (at most 32 operations "
                 "and 16 operands); assign a part of it to a Tensor first");
-  auto out = Tensor<T, L, Dev>::zeros(e.comm(), e.shape(), e.mapping());
+  auto out = Tensor<T, L, Dev>::empty(e.comm(), e.shape(), e.mapping());  // the pass writes every element
   // add_bias(x, b) is an Add whose last operand is broadcast: name it as the user wrote it.
   constexpr const char* name =
       detail::is_broadcast<std::tuple_element_t<sizeof...(Args) - 1, std::tuple<Args...>>>::value ? "add_bias" : Op::name;
   tree.check(out, name, " on rank " + std::to_string(out.rank()));
+  // Rows of the last local dim: a broadcast operand is read at the column j.
+  const Shape& local = out.local_shape();
+  const std::int64_t row = local.rank() > 0 ? local[local.rank() - 1] : 1;
   if constexpr (Dev::fused_on_host) {
     T* y = out.data();
-    for (std::int64_t i = 0, n = out.size(); i < n; ++i) y[i] = tree.value(i);
+    for (std::int64_t r = 0, n = out.size(); r < n; r += row)
+      for (std::int64_t j = 0; j < row; ++j) y[r + j] = tree.value(r + j, j);
   } else {
     FusedProgram<T> program;
     tree.emit(program);
@@ -292,11 +302,12 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   std::vector<std::shared_ptr<autodiff::Node>> inputs;
   tree.collect(inputs);
   if (!inputs.empty())
-    out.record(name, std::move(inputs), [tree](const Tensor<T, dual_t<L>, Dev>& g) mutable {
+    out.record(name, std::move(inputs), [tree, row](const Tensor<T, dual_t<L>, Dev>& g) mutable {
       tree.prepare();
       if constexpr (Dev::fused_on_host) {
         const T* gy = g.data();
-        for (std::int64_t i = 0, n = g.size(); i < n; ++i) tree.backprop(i, gy[i]);
+        for (std::int64_t r = 0, n = g.size(); r < n; r += row)
+          for (std::int64_t j = 0; j < row; ++j) tree.backprop(r + j, j, gy[r + j]);
       } else {
         FusedProgram<T> program;
         tree.emit(program);

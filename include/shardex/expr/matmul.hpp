@@ -81,7 +81,7 @@ auto evaluate(const MatMul<A, B>& e) {
     throw invalid_argument("shardex::matmul(a, b)" + where + ": the contraction dims differ: a is " + a.describe() +
                            ", b is " + b.describe() + (a.shape()[1] == b.shape()[0] ? split : ""));
   const std::int64_t m = a.local_shape()[0], k = a.local_shape()[1], n = b.local_shape()[1];
-  auto out = Tensor<T, L, Dev>::zeros(a.comm(), e.shape(), e.mapping());
+  auto out = Tensor<T, L, Dev>::empty(a.comm(), e.shape(), e.mapping());  // gemm with beta 0 writes it whole
   Dev::gemm(GemmShape::plain(m, k, n), T(1), a.data(), b.data(), T(0), out.data());
   if (a.node() || b.node()) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;
@@ -91,12 +91,12 @@ auto evaluate(const MatMul<A, B>& e) {
     std::erase(inputs, nullptr);
     out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
       if (a.node()) {  // da = g b^T, layout dual(A)
-        auto da = a.node()->make_full(T(0));
+        auto da = Tensor<T, dual_t<typename decltype(a)::layout_type>, Dev>::empty(a.comm(), a.shape(), dual_mapping<typename decltype(a)::layout_type>(a.mapping()));
         Dev::gemm(GemmShape::plain(m, n, k, false, true), T(1), g.data(), b.data(), T(0), da.data());
         a.node()->accumulate(da);
       }
       if (b.node()) {  // db = a^T g, layout dual(B)
-        auto db = b.node()->make_full(T(0));
+        auto db = Tensor<T, dual_t<typename decltype(b)::layout_type>, Dev>::empty(b.comm(), b.shape(), dual_mapping<typename decltype(b)::layout_type>(b.mapping()));
         Dev::gemm(GemmShape::plain(k, m, n, true, false), T(1), a.data(), g.data(), T(0), db.data());
         b.node()->accumulate(db);
       }

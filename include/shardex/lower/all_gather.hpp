@@ -52,9 +52,9 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
       comm.all_gather(local, out, block);
       return;
     }
-    auto send = Dev::template allocate<T>(block);
+    auto send = Dev::template allocate_uninitialized<T>(block);
     Dev::copy_block(local, mine, 0, send.get(), mx, 0, outer, mine, inner);
-    auto recv = Dev::template allocate<T>(block * n);
+    auto recv = Dev::template allocate_uninitialized<T>(block * n);
     comm.all_gather(send.get(), recv.get(), block);
     for (int i = 0; i < n; ++i)
       Dev::copy_block(recv.get() + i * block, mx, 0, out, N, offs[static_cast<std::size_t>(i)], outer,
@@ -66,7 +66,7 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
   std::shared_ptr<T[]> stage;
   T* dst = out;  // rank-major pieces: `out` itself when direct
   if (!direct) {
-    stage = Dev::template allocate<T>(rm.total);
+    stage = Dev::template allocate_uninitialized<T>(rm.total);
     dst = stage.get();
   }
   if (s == Strategy::v_collective) {

@@ -49,8 +49,8 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
     if (width == 0) return;
     std::vector<std::int64_t> displs(us(n));
     for (int i = 0; i < n; ++i) displs[us(i)] = i * width;
-    auto sbuf = Dev::template allocate<T>(width * n);
-    auto rbuf = Dev::template allocate<T>(width * n);
+    auto sbuf = Dev::template allocate_uninitialized<T>(width * n);
+    auto rbuf = Dev::template allocate_uninitialized<T>(width * n);
     pack(sbuf.get(), displs);
     comm.all_to_all(sbuf.get(), rbuf.get(), width);
     unpack(rbuf.get(), displs);
@@ -61,12 +61,12 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
   const T* sptr = x;  // pieces contiguous in x when the S dim is outermost
   T* rptr = y;        // and in y when the C dim is outermost
   if (xs.outer != 1) {
-    sstage = Dev::template allocate<T>(send.total);
+    sstage = Dev::template allocate_uninitialized<T>(send.total);
     pack(sstage.get(), send.displs);
     sptr = sstage.get();
   }
   if (yc.outer != 1) {
-    rstage = Dev::template allocate<T>(recv.total);
+    rstage = Dev::template allocate_uninitialized<T>(recv.total);
     rptr = rstage.get();
   }
   // Displacements into x / y themselves when no staging is used.

@@ -13,7 +13,7 @@
 /// Models: `mpi::Communicator`, `nccl::Communicator`.
 ///
 /// **Concept `DeviceMemory`.** Minimal complete definition: `allocate<T>(n)`
-/// (zeroed), `fill`, `copy_block` (a block of an (outer, extent, inner) array),
+/// (zeroed), `allocate_uninitialized<T>(n)` (for buffers written whole), `fill`, `copy_block` (a block of an (outer, extent, inner) array),
 /// `upload` / `download` (n elements from / to host memory).
 /// Models: `Host`, `Cuda`.
 
@@ -39,6 +39,7 @@ concept CollectiveBackend = requires(const C& c, float* p, const float* q, std::
 template <class D>
 concept DeviceMemory = requires(float* p, const float* q, std::int64_t n) {
   { D::template allocate<float>(n) } -> std::convertible_to<std::shared_ptr<float[]>>;
+  { D::template allocate_uninitialized<float>(n) } -> std::convertible_to<std::shared_ptr<float[]>>;
   D::fill(p, n, 0.0f);
   D::copy_block(q, n, n, p, n, n, n, n, n);
   D::upload(p, q, n);

@@ -28,11 +28,11 @@ void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const Dim
       comm.reduce_scatter(in, out, block);
       return;
     }
-    auto send = Dev::template allocate<T>(block * n);
+    auto send = Dev::template allocate_uninitialized<T>(block * n);
     for (int i = 0; i < n; ++i)
       Dev::copy_block(in, N, offs[static_cast<std::size_t>(i)], send.get() + i * block, mx, 0, outer,
                       lens[static_cast<std::size_t>(i)], inner);
-    auto recv = Dev::template allocate<T>(block);
+    auto recv = Dev::template allocate_uninitialized<T>(block);
     comm.reduce_scatter(send.get(), recv.get(), block);
     Dev::copy_block(recv.get(), mx, 0, out, mine, 0, outer, mine, inner);
     return;
@@ -42,7 +42,7 @@ void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const Dim
   std::shared_ptr<T[]> stage;
   const T* src = in;  // rank-major pieces: `in` itself when direct
   if (!direct) {
-    stage = Dev::template allocate<T>(rm.total);
+    stage = Dev::template allocate_uninitialized<T>(rm.total);
     for (int i = 0; i < n; ++i)
       Dev::copy_block(in, N, offs[static_cast<std::size_t>(i)], stage.get() + rm.displs[static_cast<std::size_t>(i)],
                       lens[static_cast<std::size_t>(i)], 0, outer, lens[static_cast<std::size_t>(i)], inner);

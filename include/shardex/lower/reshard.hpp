@@ -3,7 +3,8 @@
 /// @brief Lowering of a change of shard lengths along the same dim
 /// (S(d)[old] -> S(d)[new]): each rank sends every other rank the overlap of
 /// its old interval with that rank's new one, in one all-to-all-v or grouped
-/// send/receive. Only the elements that change owner move; nothing is gathered.
+/// send/receive. Only the elements that change owner move; nothing is gathered,
+/// and nothing is staged when the sharded dim is the outermost one.
 
 #include <algorithm>
 #include <cstdint>
@@ -39,28 +40,44 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
     rdispl[us(i)] = rtotal;
     rtotal += rcount[us(i)];
   }
-  auto sbuf = Dev::template allocate<T>(stotal);
-  auto rbuf = Dev::template allocate<T>(rtotal);
-  for (int i = 0; i < n; ++i) {
-    const auto [lo, hi] = overlap(me, i);
-    Dev::copy_block(x, mine_old, lo - a[us(me)], sbuf.get() + sdispl[us(i)], hi - lo, 0, outer, hi - lo, inner);
+  // Pieces are contiguous in x and y when the sharded dim is outermost: then
+  // they go straight from x into y (displacements into x and y themselves).
+  const bool direct = outer == 1;
+  std::shared_ptr<T[]> sbuf, rbuf;
+  const T* sptr = x;
+  T* rptr = y;
+  if (direct) {
+    for (int i = 0; i < n; ++i) {
+      sdispl[us(i)] = (overlap(me, i).first - a[us(me)]) * inner;
+      rdispl[us(i)] = (overlap(i, me).first - c[us(me)]) * inner;
+    }
+  } else {
+    sbuf = Dev::template allocate_uninitialized<T>(stotal);
+    rbuf = Dev::template allocate_uninitialized<T>(rtotal);
+    for (int i = 0; i < n; ++i) {
+      const auto [lo, hi] = overlap(me, i);
+      Dev::copy_block(x, mine_old, lo - a[us(me)], sbuf.get() + sdispl[us(i)], hi - lo, 0, outer, hi - lo, inner);
+    }
+    sptr = sbuf.get();
+    rptr = rbuf.get();
   }
   if (s == Strategy::v_collective) {
-    if constexpr (Comm::has_v_collectives) comm.all_to_all_v(sbuf.get(), scount, sdispl, rbuf.get(), rcount, rdispl);
+    if constexpr (Comm::has_v_collectives) comm.all_to_all_v(sptr, scount, sdispl, rptr, rcount, rdispl);
   } else {  // send_recv
-    Dev::copy_block(sbuf.get() + sdispl[us(me)], 1, 0, rbuf.get() + rdispl[us(me)], 1, 0, 1, 1, scount[us(me)]);
+    Dev::copy_block(sptr + sdispl[us(me)], 1, 0, rptr + rdispl[us(me)], 1, 0, 1, 1, scount[us(me)]);
     auto g = comm.group();
     for (int k = 1; k < n; ++k) {
       const int to = (me + k) % n, from = (me - k + n) % n;
-      if (rcount[us(from)] > 0) g.recv(rbuf.get() + rdispl[us(from)], rcount[us(from)], from);
-      if (scount[us(to)] > 0) g.send(sbuf.get() + sdispl[us(to)], scount[us(to)], to);
+      if (rcount[us(from)] > 0) g.recv(rptr + rdispl[us(from)], rcount[us(from)], from);
+      if (scount[us(to)] > 0) g.send(sptr + sdispl[us(to)], scount[us(to)], to);
     }
     g.end();
   }
-  for (int j = 0; j < n; ++j) {
-    const auto [lo, hi] = overlap(j, me);
-    Dev::copy_block(rbuf.get() + rdispl[us(j)], hi - lo, 0, y, mine_new, lo - c[us(me)], outer, hi - lo, inner);
-  }
+  if (!direct)
+    for (int j = 0; j < n; ++j) {
+      const auto [lo, hi] = overlap(j, me);
+      Dev::copy_block(rbuf.get() + rdispl[us(j)], hi - lo, 0, y, mine_new, lo - c[us(me)], outer, hi - lo, inner);
+    }
 }
 
 }  // namespace shardex::lower

@@ -91,13 +91,17 @@ constexpr bool supports(CollectiveOp op, Strategy s) {
 struct CostModel {
   double latency_s = 20e-6;      ///< one collective call
   double seconds_per_byte = 1e-9;
+  /// Above this many bytes in all, MPI_Reduce_scatter (which allocates and
+  /// faults in temporaries on every call) loses to one reduce per root:
+  /// bench/collectives measured it 6x slower at 1 MiB on 2 ranks.
+  std::int64_t mpi_reduce_scatter_max_bytes = std::int64_t(256) << 10;
 };
 
 /// Picks the strategy for `op` moving `lens[i] * row_bytes` bytes from or to
-/// rank i. A backend with v collectives (MPI) takes them: bench/strategies
-/// measured them within 1.5x of the best strategy nearly everywhere, while
-/// MPI_Reduce_scatter_block (padded) fell 3-7x behind from 256 KiB even for
-/// even lengths. Otherwise (NCCL) even lengths take `padded`, which is then an
+/// rank i. A backend with v collectives (MPI) takes them (bench/collectives:
+/// within a few percent of the raw call), except a reduce_scatter above
+/// `mpi_reduce_scatter_max_bytes`, which takes one reduce per root; padded
+/// (MPI_Reduce_scatter_block) fell 3-7x behind from 256 KiB even for even lengths. Otherwise (NCCL) even lengths take `padded`, which is then an
 /// ordinary equal-count collective, and uneven ones the cheaper of padding
 /// waste and per-root latency under the alpha-beta model.
 inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> lens, std::int64_t row_bytes,
@@ -109,7 +113,10 @@ inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> l
     sum += l;
     nonzero += l > 0;
   }
-  if (backend_has_v) return Strategy::v_collective;
+  if (backend_has_v) {
+    if (op == CollectiveOp::reduce_scatter && sum * row_bytes > model.mpi_reduce_scatter_max_bytes) return Strategy::per_root;
+    return Strategy::v_collective;
+  }
   if (op == CollectiveOp::reshard) return Strategy::send_recv;
   if (mx * n == sum) return Strategy::padded;
   const double padded = model.latency_s + static_cast<double>(n * mx * row_bytes) * model.seconds_per_byte;

@@ -97,7 +97,7 @@ struct transition<Sharded<D, Ls>, To> {
   template <class T, class Dev>
   static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s) {
     s = detail::prepare<To>(name, true, x, to, s, CollectiveOp::all_gather, detail::row_bytes(x, D), x.lengths());
-    auto out = Tensor<T, To, Dev>::zeros(x.comm(), x.shape());
+    auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());  // every row is received
     lower::all_gather<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
     return out;
   }
@@ -115,7 +115,7 @@ struct transition<Partial, Sharded<D, Ls>> {
                                               Strategy s) {
     s = detail::prepare<Sharded<D, Ls>>(name, true, x, to, s, CollectiveOp::reduce_scatter, detail::row_bytes(x, D),
                                         to.lengths());
-    auto out = Tensor<T, Sharded<D, Ls>, Dev>::zeros(x.comm(), x.shape(), to);
+    auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // written whole by the reduction
     lower::reduce_scatter<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
     return out;
   }
@@ -132,8 +132,9 @@ struct transition<Partial, To> {
   static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s) {
     (void)s;  // one lowering: the backend's all-reduce
     detail::prepare<To>(name, true, x, to);
-    auto out = x.clone().template relabel<To>();
-    x.comm().all_reduce(out.data(), out.size());
+    // Out of place, straight into the result: no copy of x first.
+    auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());
+    x.comm().all_reduce(static_cast<const T*>(x.data()), out.data(), out.size());
     return out;
   }
 };
@@ -148,7 +149,7 @@ struct transition<From, Sharded<D, Ls>> {
   template <class T, class Dev>
   static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, From, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to, Strategy) {
     detail::prepare<Sharded<D, Ls>>(name, false, x, to);
-    auto out = Tensor<T, Sharded<D, Ls>, Dev>::zeros(x.comm(), x.shape(), to);
+    auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // the copy writes it whole
     const DimView v = DimView::of(x.shape(), D);
     Dev::copy_block(x.data(), v.extent, out.global_offset(), out.data(), out.local_shape()[D], 0, v.outer,
                     out.local_shape()[D], v.inner);
@@ -185,7 +186,7 @@ struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
   static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x, const layout_mapping<Sharded<S, Ls>>& to,
                                               Strategy s) {
     s = detail::prepare<Sharded<S, Ls>>(name, true, x, to, s, CollectiveOp::all_to_all, detail::row_bytes(x, S), to.lengths());
-    auto out = Tensor<T, Sharded<S, Ls>, Dev>::zeros(x.comm(), x.shape(), to);
+    auto out = Tensor<T, Sharded<S, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // every piece is received
     lower::all_to_all<Dev>(s, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S, x.lengths(),
                            to.lengths());
     return out;
@@ -222,7 +223,7 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
       // a peer (with other lengths, a bug to report) waits in the exchange.
       s = detail::prepare<Sharded<D, Lb>>(name, true, x, to, s, CollectiveOp::reshard, detail::row_bytes(x, D), to.lengths());
       if (std::ranges::equal(x.lengths(), to.lengths())) return x.template relabel<Sharded<D, Lb>>(to);
-      auto out = Tensor<T, Sharded<D, Lb>, Dev>::zeros(x.comm(), x.shape(), to);
+      auto out = Tensor<T, Sharded<D, Lb>, Dev>::empty(x.comm(), x.shape(), to);  // every new row arrives
       lower::reshard<Dev>(s, x.comm(), x.data(), out.data(), x.shape(), D, x.lengths(), to.lengths());
       return out;
     }

@@ -128,7 +128,9 @@ public:
   // Equal-count collectives. `count` is per rank.
   template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, dtype_of<T>()); }
   template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, dtype_of<T>()); }
-  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, count, dtype_of<T>()); }
+  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, buf, count, dtype_of<T>()); }
+  /// The sum over ranks of every rank's `send` into `recv` (out of place: no copy first).
+  template <class T> void all_reduce(const T* send, T* recv, std::int64_t count) const { all_reduce_raw(send, recv, count, dtype_of<T>()); }
   template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, dtype_of<T>()); }
   template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, dtype_of<T>(), root); }
 
@@ -160,7 +162,7 @@ private:
   explicit Communicator(std::shared_ptr<Handle> h);
   void all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
   void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
-  void all_reduce_raw(void* buf, std::int64_t count, Dtype t) const;
+  void all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
   void all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
   void broadcast_raw(void* buf, std::int64_t count, Dtype t, int root) const;
   void all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,

@@ -5,6 +5,9 @@
 /// initialized by someone else, in which case it leaves MPI alone).
 /// In a build without MPI (SHARDEX_WITH_MPI 0) it initializes nothing; it
 /// only makes `active()` true while it lives (`Communicator::world()` needs it).
+/// Either way it first tunes malloc to keep freed memory for reuse
+/// (`host::keep_freed_memory`, device/host/memory_pool.hpp; opt out with
+/// SHARDEX_MALLOC_DEFAULTS=1).
 
 namespace shardex::mpi {
 

@@ -119,7 +119,8 @@ public:
   // Equal-count collectives on device buffers. `count` is per rank.
   template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, datatype<T>()); }
   template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, datatype<T>()); }
-  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, count, datatype<T>()); }
+  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, buf, count, datatype<T>()); }
+  template <class T> void all_reduce(const T* send, T* recv, std::int64_t count) const { all_reduce_raw(send, recv, count, datatype<T>()); }
   template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, datatype<T>()); }
   template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, datatype<T>(), root); }
 
@@ -140,7 +141,7 @@ private:
   const Handle& handle(const char* what) const;
   void all_gather_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
   void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
-  void all_reduce_raw(void* buf, std::int64_t count, ncclDataType_t t) const;
+  void all_reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
   void all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
   void broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) const;
   /// Orders this communicator's stream after the compute stream.

@@ -36,15 +36,22 @@ struct Cuda {
   /// Fused element-wise trees run as a FusedProgram in one kernel.
   static constexpr bool fused_on_host = false;
 
-  /// Zero-initialized device storage of n elements (at least one, so that an
+  /// Uninitialized device storage of n elements (at least one, so that an
   /// empty local part still has a distinct, valid pointer).
   template <class T>
-  static std::shared_ptr<T[]> allocate(std::int64_t n) {
+  static std::shared_ptr<T[]> allocate_uninitialized(std::int64_t n) {
     const auto bytes = static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(T);
     void* p = nullptr;
     cuda::check(cudaMalloc(&p, bytes), "cudaMalloc");
-    std::shared_ptr<T[]> owned(static_cast<T*>(p), [](T* q) { cudaFree(q); });
-    cuda::check(cudaMemsetAsync(p, 0, bytes, cuda::compute_stream()), "cudaMemsetAsync");
+    return std::shared_ptr<T[]>(static_cast<T*>(p), [](T* q) { cudaFree(q); });
+  }
+
+  /// Zero-initialized device storage of n elements.
+  template <class T>
+  static std::shared_ptr<T[]> allocate(std::int64_t n) {
+    auto owned = allocate_uninitialized<T>(n);
+    const auto bytes = static_cast<std::size_t>(n > 0 ? n : 1) * sizeof(T);
+    cuda::check(cudaMemsetAsync(owned.get(), 0, bytes, cuda::compute_stream()), "cudaMemsetAsync");
     return owned;
   }
 

@@ -12,8 +12,10 @@
 #include <memory>
 
 #include "shardex/backend/mpi/communicator.hpp"
+#include "shardex/core/counters.hpp"
 #include "shardex/device/device.hpp"
 #include "shardex/device/host/eigen.hpp"
+#include "shardex/device/host/memory_pool.hpp"
 
 namespace shardex {
 
@@ -23,10 +25,23 @@ struct Host {
   /// Fused element-wise trees run as an inlined template loop.
   static constexpr bool fused_on_host = true;
 
-  /// Zero-initialized storage of n elements.
+  /// Uninitialized storage of n elements (at least one, so that an empty
+  /// local part still has a distinct pointer), from the host memory pool
+  /// (device/host/memory_pool.hpp): for buffers the caller overwrites whole.
+  template <class T>
+  static std::shared_ptr<T[]> allocate_uninitialized(std::int64_t n) {
+    const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T);
+    return std::shared_ptr<T[]>(static_cast<T*>(host::pool_acquire(bytes)),
+                                [bytes](T* p) { host::pool_give_back(p, bytes); });
+  }
+
+  /// Zero-initialized storage of n elements (pooled as above).
   template <class T>
   static std::shared_ptr<T[]> allocate(std::int64_t n) {
-    return std::make_shared<T[]>(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
+    auto p = allocate_uninitialized<T>(n);
+    std::memset(p.get(), 0, static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T));
+    detail::counters_ref().bytes_zeroed += std::max<std::int64_t>(n, 0) * static_cast<std::int64_t>(sizeof(T));
+    return p;
   }
 
   template <class T>
@@ -37,7 +52,9 @@ struct Host {
   /// Host <-> device copies: on the host, plain copies.
   template <class T>
   static void upload(T* dst, const T* src, std::int64_t n) {
-    if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(T));
+    if (n <= 0) return;
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(T));
+    detail::counters_ref().bytes_copied += n * static_cast<std::int64_t>(sizeof(T));
   }
   template <class T>
   static void download(T* dst, const T* src, std::int64_t n) {
@@ -68,6 +85,7 @@ struct Host {
                          std::int64_t dst_off, std::int64_t outer, std::int64_t len, std::int64_t inner) {
     const std::int64_t row = len * inner;
     if (row == 0 || outer == 0) return;
+    detail::counters_ref().bytes_copied += outer * row * static_cast<std::int64_t>(sizeof(T));
     if (outer == 1 || (src_extent == len && dst_extent == len)) {
       std::memcpy(dst + dst_off * inner, src + src_off * inner, static_cast<std::size_t>(outer * row) * sizeof(T));
       return;

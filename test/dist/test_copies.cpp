@@ -1,0 +1,132 @@
+// The local bytes each lowering copies and zero-fills (shardex::counters),
+// at every world size, on the lengths cases of support/dist.hpp (zeros,
+// one rank holding everything, even, all empty). Where the pieces are
+// contiguous (the sharded dim outermost) a transition writes its result
+// straight from and into the tensors' storage: nothing is copied beyond the
+// rank's own piece where a grouped lowering must move it itself, and nothing
+// is zero-filled. Where they are strided, one pack or unpack pass, no more.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include <shardex.hpp>
+
+#include "support/dist.hpp"
+
+using namespace shardex;
+
+namespace {
+
+constexpr std::int64_t cols = 5;
+constexpr auto fbytes = static_cast<std::int64_t>(sizeof(float));
+
+/// The counters' change over f(), and f's result.
+template <class F>
+auto counted(F&& f) {
+  const Counters before = counters();
+  auto result = f();
+  return std::pair{counters() - before, result};
+}
+
+std::int64_t sum_of(const std::vector<std::int64_t>& v) {
+  std::int64_t s = 0;
+  for (auto x : v) s += x;
+  return s;
+}
+
+bool all_equal(const auto& t, float v) {
+  for (float x : t.local())
+    if (x != v) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("contiguous shards: every lowering writes straight into its result, without local copies or zero-fill") {
+  const auto& comm = test::world();
+  const int n = comm.size(), me = comm.rank();
+  auto rng = test::shared_rng(7);
+  for (const auto& lens : test::lengths_cases(rng, n, {})) {
+    CAPTURE(to_string(lens));
+    const Shape shape{sum_of(lens), cols};
+    const layout_mapping<Sharded<0>> m(lens);
+    const std::int64_t own = lens[static_cast<std::size_t>(me)] * cols * fbytes;
+    auto x = Tensor<float, Sharded<0>>::ones(comm, shape, m);
+    auto p = Tensor<float, Partial>::ones(comm, shape);
+
+    for (Strategy s : {Strategy::v_collective, Strategy::per_root}) {
+      CAPTURE(strategy_name(s));
+      const auto [g, y] = counted([&] { return transit<Replicated>(x, {}, s); });
+      CHECK(all_equal(y, 1.f));
+      CHECK(g.bytes_zeroed == 0);
+      // MPI_Allgatherv places the own piece itself; one broadcast per root leaves it to us.
+      CHECK(g.bytes_copied == (s == Strategy::per_root ? own : 0));
+
+      const auto [r, z] = counted([&] { return transit<Sharded<0>>(p, m, s); });
+      CHECK(all_equal(z, float(n)));
+      CHECK(r.bytes_copied == 0);
+      CHECK(r.bytes_zeroed == 0);
+    }
+    if (sum_of(lens) % n == 0) {  // even lengths: padded is the plain collective
+      const std::vector<std::int64_t> even(static_cast<std::size_t>(n), sum_of(lens) / n);
+      auto xe = Tensor<float, Sharded<0>>::ones(comm, shape, layout_mapping<Sharded<0>>(even));
+      const auto [g, y] = counted([&] { return transit<Replicated>(xe, {}, Strategy::padded); });
+      CHECK(all_equal(y, 1.f));
+      CHECK(g.bytes_copied == 0);
+      CHECK(g.bytes_zeroed == 0);
+    }
+
+    const auto [a, y] = counted([&] { return transit<Replicated>(p, {}); });  // all_reduce, out of place
+    CHECK(all_equal(y, float(n)));
+    CHECK(a.bytes_copied == 0);
+    CHECK(a.bytes_zeroed == 0);
+
+    // reshard to lengths rotated by one rank: only rows that change owner move.
+    std::vector<std::int64_t> other(lens.begin() + 1, lens.end());
+    other.push_back(lens.front());
+    const layout_mapping<Sharded<0>> mo(other);
+    for (Strategy s : {Strategy::v_collective, Strategy::send_recv}) {
+      CAPTURE(strategy_name(s));
+      const auto [c, w] = counted([&] { return transit<Sharded<0>>(x, mo, s); });
+      CHECK(all_equal(w, 1.f));
+      CHECK(c.bytes_zeroed == 0);
+      if (s == Strategy::v_collective) CHECK(c.bytes_copied == 0);
+      else CHECK(c.bytes_copied <= own);  // the rows a rank keeps, copied once
+    }
+  }
+}
+
+TEST_CASE("strided shards: one pack or unpack pass over the local part, no more") {
+  const auto& comm = test::world();
+  const int n = comm.size(), me = comm.rank();
+  auto rng = test::shared_rng(11);
+  for (const auto& lens : test::lengths_cases(rng, n, {})) {
+    CAPTURE(to_string(lens));
+    const Shape shape{3, sum_of(lens)};  // sharded along the last dim: pieces are strided
+    const layout_mapping<Sharded<1>> m(lens);
+    auto x = Tensor<float, Sharded<1>>::ones(comm, shape, m);
+    auto p = Tensor<float, Partial>::ones(comm, shape);
+    const std::int64_t whole = shape.numel() * fbytes;
+
+    const auto [g, y] = counted([&] { return transit<Replicated>(x, {}, Strategy::v_collective); });
+    CHECK(all_equal(y, 1.f));
+    CHECK(g.bytes_copied == whole);  // unpack of the gathered pieces
+    CHECK(g.bytes_zeroed == 0);
+
+    const auto [r, z] = counted([&] { return transit<Sharded<1>>(p, m, Strategy::v_collective); });
+    CHECK(all_equal(z, float(n)));
+    CHECK(r.bytes_copied == whole);  // pack of the pieces to reduce
+    CHECK(r.bytes_zeroed == 0);
+
+    // all_to_all S(1) -> S(0): the pieces sent are row blocks of x's local
+    // (3, lens[me]) part, contiguous (no pack); those received are column
+    // blocks of the result, strided unless it holds one row (one unpack).
+    const auto rows = test::random_lengths(rng, n, 3);
+    const std::int64_t mine = rows[static_cast<std::size_t>(me)];
+    const auto [c, w] = counted([&] { return transit<Sharded<0>>(x, layout_mapping<Sharded<0>>(rows), Strategy::v_collective); });
+    CHECK(all_equal(w, 1.f));
+    CHECK(c.bytes_copied == (mine == 1 ? 0 : mine * sum_of(lens) * fbytes));
+    CHECK(c.bytes_zeroed == 0);
+  }
+}
