@@ -292,8 +292,10 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   const std::int64_t row = local.rank() > 0 ? local[local.rank() - 1] : 1;
   if constexpr (Dev::fused_on_host) {
     T* y = out.data();
-    for (std::int64_t r = 0, n = out.size(); r < n; r += row)
+    for (std::int64_t r = 0, n = out.size(); r < n; r += row) {
+      SHARDEX_SIMD
       for (std::int64_t j = 0; j < row; ++j) y[r + j] = tree.value(r + j, j);
+    }
   } else {
     FusedProgram<T> program;
     tree.emit(program);
@@ -306,8 +308,13 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
       tree.prepare();
       if constexpr (Dev::fused_on_host) {
         const T* gy = g.data();
-        for (std::int64_t r = 0, n = g.size(); r < n; r += row)
+        // Within a row every gradient element is written by one j only (a
+        // broadcast operand's at j, the others' at r + j; each operand has its
+        // own buffer), so the row's iterations are independent.
+        for (std::int64_t r = 0, n = g.size(); r < n; r += row) {
+          SHARDEX_SIMD
           for (std::int64_t j = 0; j < row; ++j) tree.backprop(r + j, j, gy[r + j]);
+        }
       } else {
         FusedProgram<T> program;
         tree.emit(program);

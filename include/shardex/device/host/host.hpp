@@ -16,6 +16,7 @@
 #include "shardex/device/device.hpp"
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/memory_pool.hpp"
+#include "shardex/device/host/threads.hpp"
 
 namespace shardex {
 
@@ -152,6 +153,8 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   using Stride = Eigen::OuterStride<>;
   const auto ix = [](std::int64_t v) { return static_cast<Eigen::Index>(v); };
   if (g.m == 0 || g.n == 0) return;
+  // Eigen reads its thread count at each product (it takes effect with OpenMP).
+  Eigen::setNbThreads(host::threads());
   for (std::int64_t i = 0; i < g.batch; ++i) {
     Eigen::Map<M, 0, Stride> C(c + i * g.stride_c, ix(g.m), ix(g.n), Stride(ix(g.ldc)));
     if (beta == T(0)) C.setZero();
