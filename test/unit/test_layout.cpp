@@ -96,9 +96,10 @@ TEST_CASE("the cost model picks v collectives on MPI, and without them an equal-
   CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 64, true) == Strategy::v_collective);
   CHECK(choose_strategy(CollectiveOp::all_gather, even, 1 << 20, false) == Strategy::padded);
   CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 64, true) == Strategy::v_collective);
-  // ... but MPI_Reduce_scatter's temporaries lose to one reduce per root above 256 KiB.
-  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 1 << 20, true) == Strategy::per_root);
-  CHECK(choose_strategy(CollectiveOp::all_gather, even, 1 << 20, true) == Strategy::v_collective);
+  // ... but MPI_Reduce_scatter's fresh temporaries lose to one reduce per root above 32 MiB.
+  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 1 << 20, true) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 4 << 20, true) == Strategy::per_root);
+  CHECK(choose_strategy(CollectiveOp::all_gather, even, 4 << 20, true) == Strategy::v_collective);
   // Without v collectives: one large piece wastes 3x in padding -> per-root.
   CHECK(choose_strategy(CollectiveOp::reduce_scatter, skewed, 1 << 20, false) == Strategy::per_root);
   CHECK(choose_strategy(CollectiveOp::all_to_all, skewed, 1 << 20, false) == Strategy::send_recv);

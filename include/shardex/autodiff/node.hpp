@@ -23,6 +23,10 @@ public:
   /// The operation that made this tensor ("leaf" for parameters).
   const char* op = "leaf";
   std::vector<std::shared_ptr<Node>> inputs;
+  /// Nonzero when this node's backward makes a collective call: what the ranks
+  /// must agree on about it (set by transit), so that backward(loss) agrees on
+  /// its whole pass at once.
+  std::int64_t backward_call = 0;
 
   [[nodiscard]] bool is_leaf() const noexcept { return inputs.empty(); }
   [[nodiscard]] virtual bool has_grad() const noexcept = 0;

@@ -407,6 +407,21 @@ void backward(const Tensor<T, L, Device>& loss) {
     throw invalid_argument("shardex::backward(loss): the loss must hold one element, but it is " + loss.describe());
   if (!loss.node()) throw error("shardex::backward(loss): the loss does not depend on any tensor that requires_grad()");
   auto order = autodiff::topological_order(loss.node().get());
+  // One agreement for the whole pass, on every collective it will make, in
+  // order: the per-call agreements inside it are then skipped. Their inputs
+  // are gradients the library made in the dual layouts of tensors already
+  // checked forward, so a rank's own check cannot fail where a peer's passes.
+  detail::Signature plan;
+  plan.add("shardex::backward");
+  std::int64_t calls = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if ((*it)->backward_call != 0) plan.add((*it)->backward_call), ++calls;
+  plan.add(calls);
+  detail::agree(loss.comm(), "", plan, [&] {
+    return "shardex::backward(loss) on rank " + std::to_string(loss.rank()) + " of " + std::to_string(loss.world_size()) +
+           " (" + std::to_string(calls) + " collectives; loss " + loss.describe() + ")";
+  });
+  const detail::AgreedPlan agreed;
   loss.node()->seed();
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     (*it)->propagate();

@@ -91,10 +91,11 @@ constexpr bool supports(CollectiveOp op, Strategy s) {
 struct CostModel {
   double latency_s = 20e-6;      ///< one collective call
   double seconds_per_byte = 1e-9;
-  /// Above this many bytes in all, MPI_Reduce_scatter (which allocates and
-  /// faults in temporaries on every call) loses to one reduce per root:
-  /// bench/collectives measured it 6x slower at 1 MiB on 2 ranks.
-  std::int64_t mpi_reduce_scatter_max_bytes = std::int64_t(256) << 10;
+  /// Above this many bytes in all, MPI_Reduce_scatter (which allocates its
+  /// temporaries on every call: beyond glibc's mmap threshold, which
+  /// mpi::Environment sets to 32 MiB, they are fresh pages each time) loses
+  /// to one reduce per root: 3.6x at 64 MiB on 2 ranks (bench/collectives).
+  std::int64_t mpi_reduce_scatter_max_bytes = std::int64_t(32) << 20;
 };
 
 /// Picks the strategy for `op` moving `lens[i] * row_bytes` bytes from or to

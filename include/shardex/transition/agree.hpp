@@ -4,11 +4,13 @@
 /// input is an exception on every rank, never a hang" (core/checks.hpp).
 // IWYU pragma: private
 
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "shardex/core/checks.hpp"
+#include "shardex/core/counters.hpp"
 #include "shardex/core/error.hpp"
 
 namespace shardex::detail {
@@ -41,17 +43,45 @@ const auto& control_of(const Comm& comm) {
   else return comm;
 }
 
+/// The calls of a plan whose ranks already agreed on all of it at once
+/// (`backward` agrees on its whole pass): while one lives on this thread,
+/// `agree` only throws a rank's own error and does not communicate.
+class AgreedPlan {
+public:
+  AgreedPlan() noexcept { ++depth(); }
+  AgreedPlan(const AgreedPlan&) = delete;
+  AgreedPlan& operator=(const AgreedPlan&) = delete;
+  ~AgreedPlan() { --depth(); }
+  static bool active() noexcept { return depth() > 0; }
+
+private:
+  static int& depth() noexcept {
+    static thread_local int d = 0;
+    return d;
+  }
+};
+
+/// The text of a call for an error message: a string, or a function making it
+/// (so that the text is only built when an error needs it).
+template <class Describe>
+std::string call_text(const Describe& d) {
+  if constexpr (std::invocable<const Describe&>) return d();
+  else return std::string(d);
+}
+
 /// Every rank calls this with its own verdict (`local_error` empty when its
 /// input is fine) and the signature of its call. If any rank's input is bad,
 /// all ranks throw `invalid_argument` with the first bad rank's message; if the
-/// signatures differ, all ranks throw, each describing its own call.
-template <class Comm>
-void agree(const Comm& device_comm, const std::string& local_error, const Signature& sig, const std::string& call) {
+/// signatures differ, all ranks throw, each describing its own call (`call`:
+/// its text, or a function returning it).
+template <class Comm, class Describe>
+void agree(const Comm& device_comm, const std::string& local_error, const Signature& sig, const Describe& call) {
   const auto& comm = control_of(device_comm);
-  if (check_level() == CheckLevel::local || comm.size() == 1) {
+  if (check_level() == CheckLevel::local || comm.size() == 1 || AgreedPlan::active()) {
     if (!local_error.empty()) throw invalid_argument(local_error);
     return;
   }
+  ++counters_ref().agreements;
   std::int64_t v[3] = {local_error.empty() ? comm.size() : comm.rank(), sig.value(), -sig.value()};
   comm.all_reduce_min(v, 3);
   if (v[0] < comm.size()) {
@@ -65,7 +95,7 @@ void agree(const Comm& device_comm, const std::string& local_error, const Signat
     throw invalid_argument(msg);
   }
   if (v[1] != -v[2])
-    throw invalid_argument(call + " on rank " + std::to_string(comm.rank()) +
+    throw invalid_argument(call_text(call) + " on rank " + std::to_string(comm.rank()) +
                            ": the ranks are not making the same call (operation, dtype, shapes or lengths differ across "
                            "ranks); every rank must call the same collectives in the same order");
 }

@@ -40,6 +40,29 @@ std::string describe_call(const char* name, const X& x, const layout_mapping<To>
   return s;
 }
 
+/// layout_name<L>(), made once per layout type (it is hashed on every call).
+template <LayoutTag L>
+const std::string& cached_layout_name() {
+  static const std::string n = layout_name<L>();
+  return n;
+}
+
+/// What every rank must agree on about the call a transition's backward will
+/// make (the adjoint entry, its shapes, lengths and strategy): `backward`
+/// agrees once on these for its whole pass instead of once per collective.
+template <class Adjoint, class T, LayoutTag From, LayoutTag To>
+std::int64_t adjoint_signature(const Shape& shape, const layout_mapping<From>& from, const layout_mapping<To>& to, Strategy s) {
+  Signature sig;
+  sig.add(Adjoint::name).add(dtype_name<T>()).add(cached_layout_name<dual_t<To>>()).add(cached_layout_name<dual_t<From>>());
+  sig.add(static_cast<std::int64_t>(s));
+  for (auto e : shape.extents()) sig.add(e);
+  if constexpr (is_sharded_v<From>)
+    for (auto l : from.lengths()) sig.add(l);
+  if constexpr (is_sharded_v<To>)
+    for (auto l : to.lengths()) sig.add(l);
+  return sig.value() | 1;  // never 0, which means "no collective"
+}
+
 /// The checks every rank can make alone, then (for communicating entries) the
 /// cross-rank agreement of agree.hpp. Returns the resolved strategy.
 /// `op` is the strategy-bearing collective of the entry (none for the others).
@@ -47,7 +70,8 @@ template <LayoutTag To, class X>
 Strategy prepare(const char* name, bool communicates, const X& x, const layout_mapping<To>& to, Strategy s = Strategy::automatic,
                  std::optional<CollectiveOp> op = std::nullopt, std::int64_t row_bytes = 0,
                  std::span<const std::int64_t> lens = {}) {
-  const std::string call = describe_call<To>(name, x, to);
+  // The call's text is built only for an error message.
+  const auto call = [&] { return describe_call<To>(name, x, to); };
   std::string err;
   Strategy resolved = Strategy::automatic;
   if constexpr (is_sharded_v<To>) err = mapping_problem<To>(to, x.shape(), x.world_size());
@@ -58,13 +82,13 @@ Strategy prepare(const char* name, bool communicates, const X& x, const layout_m
       err = e.what();
     }
   }
-  if (!err.empty()) err = call + ": " + err;
+  if (!err.empty()) err = call() + ": " + err;
   if (!communicates) {
     if (!err.empty()) throw invalid_argument(err);
     return resolved;
   }
   Signature sig;
-  sig.add(name).add(dtype_name<typename X::value_type>()).add(layout_name<typename X::layout_type>()).add(layout_name<To>());
+  sig.add(name).add(dtype_name<typename X::value_type>()).add(cached_layout_name<typename X::layout_type>()).add(cached_layout_name<To>());
   sig.add(static_cast<std::int64_t>(resolved));
   for (auto e : x.shape().extents()) sig.add(e);
   if constexpr (is_sharded_v<typename X::layout_type>)
@@ -74,7 +98,7 @@ Strategy prepare(const char* name, bool communicates, const X& x, const layout_m
       for (auto l : to.lengths()) sig.add(l);
   }
   // The strategy is part of the call: name it, or a mismatch in it reads as none.
-  agree(x.comm(), err, sig, op && err.empty() ? call + " (strategy " + strategy_name(resolved) + ")" : call);
+  agree(x.comm(), err, sig, [&] { return op && err.empty() ? call() + " (strategy " + strategy_name(resolved) + ")" : call(); });
   return resolved;
 }
 
@@ -261,6 +285,8 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
              [in = x.node(), m = dual_mapping<From>(x.mapping()), s](const Tensor<T, dual_t<To>, Dev>& g) {
                in->accumulate(adjoint::apply(g, m, s));
              });
+    if constexpr (adjoint::communicates)
+      y.node()->backward_call = detail::adjoint_signature<adjoint, T>(x.shape(), x.mapping(), y.mapping(), s);
   }
   return y;
 }

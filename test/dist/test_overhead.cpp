@@ -1,10 +1,13 @@
-// The local bytes each lowering copies and zero-fills (shardex::counters),
-// at every world size, on the lengths cases of support/dist.hpp (zeros,
+// What a collective costs beyond the data it moves (shardex::counters), at
+// every world size. Copies and zero-fills: the local bytes each lowering copies, on the lengths cases of support/dist.hpp (zeros,
 // one rank holding everything, even, all empty). Where the pieces are
 // contiguous (the sharded dim outermost) a transition writes its result
 // straight from and into the tensors' storage: nothing is copied beyond the
 // rank's own piece where a grouped lowering must move it itself, and nothing
 // is zero-filled. Where they are strided, one pack or unpack pass, no more.
+// Agreements: backward(loss) agrees once for its whole pass, not once per
+// collective, and still turns a pass whose collectives differ across ranks
+// into an exception on every rank instead of a hang.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -128,5 +131,39 @@ TEST_CASE("strided shards: one pack or unpack pass over the local part, no more"
     CHECK(all_equal(w, 1.f));
     CHECK(c.bytes_copied == (mine == 1 ? 0 : mine * sum_of(lens) * fbytes));
     CHECK(c.bytes_zeroed == 0);
+  }
+}
+
+TEST_CASE("backward agrees once for its whole pass, not once per collective") {
+  const auto& comm = test::world();
+  const int n = comm.size();
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 2);
+  lens.back() = 0;  // a rank holding nothing
+  const Shape shape{sum_of(lens), cols};
+  auto x = Tensor<float, Sharded<0>>::ones(comm, shape, layout_mapping<Sharded<0>>(lens)).requires_grad();
+  auto w = Tensor<float, Invariant>::ones(comm, {cols}).requires_grad();
+  // Two collectives backward: all_gather's reduce_scatter and replicate's all_reduce.
+  Tensor<float, Replicated> loss = sum(add_bias(all_gather(x), replicate(w))) / double(n);
+  const Counters before = counters();
+  backward(loss);
+  const Counters d = counters() - before;
+  CHECK(d.agreements == (n > 1 ? 1 : 0));
+  CHECK(all_equal(x.grad(), 1.f));
+  CHECK(all_equal(w.grad(), float(sum_of(lens))));
+}
+
+TEST_CASE("a backward pass whose collectives differ across ranks throws on every rank instead of hanging") {
+  const auto& comm = test::world();
+  if (comm.size() < 2) return;
+  auto w = Tensor<float, Invariant>::ones(comm, {3}).requires_grad();
+  // Nothing communicates forward; backward, replicate's adjoint is an
+  // all_reduce on rank 0 only: without the pass's agreement rank 0 would wait
+  // in it forever.
+  if (comm.rank() == 0) {
+    Tensor<float, Replicated> loss = sum(replicate(w));
+    CHECK_THROWS_AS(backward(loss), invalid_argument);
+  } else {
+    Tensor<float, Invariant> loss = sum(w);
+    CHECK_THROWS_AS(backward(loss), invalid_argument);
   }
 }
