@@ -1,0 +1,121 @@
+// One training step of Megatron's tensor-parallel MLP, exactly the work of
+// bench/mlp_step_torch.py: forward and backward, no optimizer step, float32.
+//
+//   mpirun -n 2 build/bench/bench_mlp_step [--tokens 1024 --hidden 1024 --ffn 4096 --steps 10 --warmup 2]
+//
+// Y = GeLU(X A + a) B + b with A column-parallel (Sharded<1>), B row-parallel
+// (Sharded<0>), the ffn split evenly; X (T x H) requires grad, so the step is
+// six GEMMs (12 T H F flops over all ranks) and two all-reduces (g forward,
+// f's adjoint backward); loss = sum(Y * G) for a fixed random G.
+//
+// Prints one JSON object: the median over steps of the slowest rank's step
+// time, the part of it spent in backend calls (communication, from
+// shardex::counters) and the rest (compute), and the GEMM floor: the step's
+// flops per rank over the GEMM rate measured here, in the same run, on every
+// rank at once with the step's own shapes.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <shardex.hpp>
+
+using namespace shardex;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double max_over_ranks(const mpi::Communicator& comm, double v) {
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, comm.native());
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpi::Environment env(argc, argv);
+  auto comm = mpi::Communicator::world();
+  const int n = comm.size();
+  std::int64_t T = 1024, H = 1024, F = 4096, steps = 10, warmup = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const std::int64_t v = std::stoll(argv[i + 1]);
+    if (a == "--tokens") T = v;
+    else if (a == "--hidden") H = v;
+    else if (a == "--ffn") F = v;
+    else if (a == "--steps") steps = v;
+    else if (a == "--warmup") warmup = v;
+    else {
+      if (comm.rank() == 0) std::cerr << "bench_mlp_step: unknown flag " << a << "\n";
+      return 2;
+    }
+  }
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(n), F / n);
+  for (std::int64_t r = 0; r < F % n; ++r) ++lens[static_cast<std::size_t>(r)];
+  const layout_mapping<Sharded<1>> col(lens);
+  const layout_mapping<Sharded<0>> row(lens);
+  using T32 = float;
+  auto X = Tensor<T32, Invariant>::normal(comm, {T, H}, 1).requires_grad();
+  auto A = Tensor<T32, Sharded<1>>::normal(comm, {H, F}, 2, 0.f, 0.03f, col).requires_grad();
+  auto a = Tensor<T32, Sharded<0>>::normal(comm, {F}, 3, 0.f, 0.1f, row).requires_grad();
+  auto B = Tensor<T32, Sharded<0>>::normal(comm, {F, H}, 4, 0.f, 0.015f, row).requires_grad();
+  auto b = Tensor<T32, Invariant>::normal(comm, {H}, 5, 0.f, 0.1f).requires_grad();
+  auto G = Tensor<T32, Invariant>::normal(comm, {T, H}, 6);
+
+  // The GEMM rate of this machine, all ranks at once, on the step's first product.
+  const std::int64_t f_me = lens[static_cast<std::size_t>(comm.rank())];
+  double gemm_s = 0;
+  {
+    auto out = Host::allocate<T32>(T * f_me);
+    std::vector<double> ts;
+    for (int i = 0; i < 4; ++i) {
+      comm.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      Host::gemm(GemmShape::plain(T, H, f_me), 1.f, X.data(), A.data(), 0.f, out.get());
+      ts.push_back(max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    }
+    gemm_s = *std::min_element(ts.begin() + 1, ts.end());
+  }
+  const double gflops_per_s = 2.0 * double(T) * double(H) * double(f_me) / gemm_s / 1e9;  // per rank
+  const double flops_per_rank = 12.0 * double(T) * double(H) * double(f_me);
+  const double floor_ms = flops_per_rank / (gflops_per_s * 1e9) * 1e3;
+
+  std::vector<double> step_ms, comm_ms;
+  for (std::int64_t s = 0; s < warmup + steps; ++s) {
+    for (auto* p : {&X}) p->zero_grad();
+    A.zero_grad(), a.zero_grad(), B.zero_grad(), b.zero_grad();
+    comm.barrier();
+#if __has_include("shardex/core/counters.hpp")
+    const auto c0 = counters();
+#endif
+    const auto t0 = std::chrono::steady_clock::now();
+    auto y = add_bias(all_reduce<Invariant>(matmul(gelu(add_bias(matmul(replicate(X), A), a)), B)), b);
+    Tensor<T32, Invariant> loss = sum(y * G);
+    backward(loss);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double cms = -1;
+#if __has_include("shardex/core/counters.hpp")
+    cms = (counters() - c0).backend_seconds * 1e3;
+#endif
+    if (s >= warmup) {
+      step_ms.push_back(max_over_ranks(comm, ms));
+      comm_ms.push_back(max_over_ranks(comm, cms));
+    }
+  }
+  if (comm.rank() == 0) {
+    const double step = median(step_ms), cm = median(comm_ms);
+    std::cout << "{\"bench\":\"mlp_step\",\"impl\":\"shardex\",\"ranks\":" << n << ",\"threads_per_rank\":" << host::threads() << ",\"tokens\":" << T
+              << ",\"hidden\":" << H << ",\"ffn\":" << F << ",\"dtype\":\"float32\",\"step_ms\":" << step << ",\"comm_ms\":" << cm
+              << ",\"compute_ms\":" << (cm >= 0 ? step - cm : -1) << ",\"steps\":" << steps
+              << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9 << ",\"gemm_gflops_per_rank\":" << gflops_per_s
+              << ",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << step / floor_ms << "}" << std::endl;
+  }
+  return 0;
+}
