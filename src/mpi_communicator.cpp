@@ -143,6 +143,48 @@ void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* 
         "MPI_Allgatherv");
 }
 
+namespace {
+/// The datatypes of one side of a block exchange: a contiguous run is the
+/// element type with a count; a strided piece is an MPI vector, freed here.
+struct BlockTypes {
+  std::vector<MPI_Datatype> types, owned;
+  std::vector<int> counts, displs;  // displacements in bytes (MPI_Alltoallw)
+  BlockTypes(std::span<const Block> blocks, MPI_Datatype t, const char* what) {
+    int size = 0;
+    check(MPI_Type_size(t, &size), "MPI_Type_size");
+    for (const Block& b : blocks) {
+      displs.push_back(to_count(b.offset * size, what));
+      if (b.count() == 0 || b.rows == 1 || b.stride == b.run) {
+        types.push_back(t);
+        counts.push_back(to_count(b.count(), what));
+        continue;
+      }
+      MPI_Datatype v = MPI_DATATYPE_NULL;
+      check(MPI_Type_vector(to_count(b.rows, what), to_count(b.run, what), to_count(b.stride, what), t, &v), "MPI_Type_vector");
+      owned.push_back(v);
+      check(MPI_Type_commit(&v), "MPI_Type_commit");
+      types.push_back(v);
+      counts.push_back(1);
+    }
+  }
+  BlockTypes(const BlockTypes&) = delete;
+  BlockTypes& operator=(const BlockTypes&) = delete;
+  ~BlockTypes() {
+    for (auto& v : owned) MPI_Type_free(&v);
+  }
+};
+}  // namespace
+
+void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from,
+                                       Dtype dt) const {
+  const MPI_Datatype t = mpi_type(dt);
+  const BlockTypes s(to, t, "MPI_Alltoallw"), r(from, t, "MPI_Alltoallw");
+  detail::BackendTimer timer;
+  check(MPI_Alltoallw(send, s.counts.data(), s.displs.data(), s.types.data(), recv, r.counts.data(), r.displs.data(),
+                      r.types.data(), need(native(), "MPI_Alltoallw")),
+        "MPI_Alltoallw");
+}
+
 void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts,
                                         Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);

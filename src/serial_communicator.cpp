@@ -5,6 +5,7 @@
 // Arguments are checked as MPI would (a root or peer other than 0, a negative
 // count, counts that disagree), so that a program that would fail on the MPI
 // build fails here too instead of silently doing something else.
+#include <algorithm>
 #include <cstring>
 #include <deque>
 
@@ -152,6 +153,33 @@ void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64
                            std::to_string(rn));
   const auto b = static_cast<std::int64_t>(bytes_of(t));
   copy(static_cast<const char*>(send) + sd * b, static_cast<char*>(recv) + rd * b, sn, t);
+}
+
+void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from,
+                                       Dtype t) const {
+  const char* what = "exchange_blocks";
+  need(handle_.get(), what);
+  if (to.size() != 1 || from.size() != 1)
+    throw invalid_argument(std::string(what) + ": " + std::to_string(to.size()) + " and " + std::to_string(from.size()) +
+                           " pieces for a communicator of 1 rank" + one_rank);
+  const Block& a = to[0];
+  const Block& b = from[0];
+  if (a.count() != b.count())
+    throw invalid_argument(std::string(what) + ": rank 0 sends " + std::to_string(a.count()) +
+                           " elements to itself but receives " + std::to_string(b.count()));
+  // Walk both pieces in their element order, one contiguous stretch at a time.
+  const auto e = static_cast<std::int64_t>(bytes_of(t));
+  const auto* src = static_cast<const char*>(send);
+  auto* dst = static_cast<char*>(recv);
+  std::int64_t ar = 0, ai = 0, br = 0, bi = 0, left = a.count();
+  while (left > 0) {
+    const std::int64_t n = std::min({a.run - ai, b.run - bi, left});
+    std::memmove(dst + (b.offset + br * b.stride + bi) * e, src + (a.offset + ar * a.stride + ai) * e,
+                 static_cast<std::size_t>(n * e));
+    left -= n;
+    if ((ai += n) == a.run) ai = 0, ++ar;
+    if ((bi += n) == b.run) bi = 0, ++br;
+  }
 }
 
 void Communicator::all_reduce_min(std::int64_t* /*buf*/, int count) const {

@@ -160,6 +160,10 @@ std::string line(const std::string& op, const std::string& from, const std::stri
                  std::int64_t bytes) {
   return op + " " + from + " -> " + to + "  [" + strategy + ", " + std::to_string(bytes) + " B]\n";
 }
+/// What automatic resolves to on MPI for `op` over `lens` (indices of `row_bytes` each).
+std::string picked(CollectiveOp op, const std::vector<std::int64_t>& lens, std::int64_t row_bytes) {
+  return strategy_name(choose_strategy(op, lens, row_bytes, true));
+}
 std::string local_line(const std::string& op, const std::string& from, const std::string& to) {
   return op + " " + from + " -> " + to + "  [local]\n";
 }
@@ -259,7 +263,7 @@ TEST_CASE_TEMPLATE("explain: all_reduce then slice is one reduce_scatter", T, fl
   auto [plan, x1, y1] = check_simplified(
       make<T, Partial>(), [&](const auto& x) { return slice<Sharded<0>>(all_reduce(x), a); },
       [&](const auto& x) { return eager::dynamic_slice<Sharded<0>>(eager::all_reduce(x), a); },
-      line("reduce_scatter", "P(sum)", sh(0, a), "v_collective", rows * cols * std::int64_t(sizeof(T))) +
+      line("reduce_scatter", "P(sum)", sh(0, a), picked(CollectiveOp::reduce_scatter, a, cols * std::int64_t(sizeof(T))), rows * cols * std::int64_t(sizeof(T))) +
           "simplified: all_reduce P(sum) -> R then slice R -> " + sh(0, a) + " => reduce_scatter P(sum) -> " + sh(0, a) + "\n");
   CHECK(plan.collective_names() == "reduce_scatter");
   CHECK(y1.local_shape() == Shape{at(a, comm.rank()), cols});
@@ -272,7 +276,7 @@ TEST_CASE_TEMPLATE("explain: zero_pad then all_reduce is one all_gather", T, flo
   auto [plan, x1, y1] = check_simplified(
       make<T, Sharded<0>>(a), [](const auto& x) { return all_reduce(zero_pad(x)); },
       [](const auto& x) { return eager::all_reduce(eager::zero_pad(x)); },
-      line("all_gather", sh(0, a), "R", "v_collective", at(a, r) * cols * std::int64_t(sizeof(T))) +
+      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * std::int64_t(sizeof(T))), at(a, r) * cols * std::int64_t(sizeof(T))) +
           "simplified: zero_pad " + sh(0, a) + " -> P(sum) then all_reduce P(sum) -> R => all_gather " + sh(0, a) + " -> R\n");
   CHECK(plan.collective_names() == "all_gather");
   CHECK(y1(3, 2) == T(3 * cols + 2 + 1));
@@ -288,13 +292,13 @@ TEST_CASE_TEMPLATE("explain: a chain through a sharding of other lengths", T, fl
   check_simplified(
       s, [&](const auto& x) { return all_gather(redistribute<Sharded<0>>(x, b)); },
       [&](const auto& x) { return eager::all_gather(eager::all_to_all<Sharded<0>>(x, b)); },
-      line("all_gather", sh(0, a), "R", "v_collective", at(a, r) * cols * elem) + "simplified: redistribute " + sh(0, a) +
+      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), at(a, r) * cols * elem) + "simplified: redistribute " + sh(0, a) +
           " -> " + sh(0, b) + " then all_gather " + sh(0, b) + " -> R => all_gather " + sh(0, a) + " -> R\n");
   // Nor does an all_to_all to the other dim.
   check_simplified(
       s, [&](const auto& x) { return all_gather(all_to_all<Sharded<1>>(x, b)); },
       [&](const auto& x) { return eager::all_gather(eager::all_to_all<Sharded<1>>(x, b)); },
-      line("all_gather", sh(0, a), "R", "v_collective", at(a, r) * cols * elem) + "simplified: all_to_all " + sh(0, a) +
+      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), at(a, r) * cols * elem) + "simplified: all_to_all " + sh(0, a) +
           " -> " + sh(1, b) + " then all_gather " + sh(1, b) + " -> R => all_gather " + sh(0, a) + " -> R\n");
   // Three steps in, one out: P -> S(0)[b] -> S(1)[a] -> R is an all_reduce.
   check_simplified(
@@ -309,14 +313,14 @@ TEST_CASE_TEMPLATE("explain: a chain through a sharding of other lengths", T, fl
     auto [plan, x1, y1] = check_simplified(
         s, [&](const auto& x) { return slice<Sharded<0>>(all_gather(x), b); },
         [&](const auto& x) { return eager::dynamic_slice<Sharded<0>>(eager::all_gather(x), b); },
-        line("reshard", sh(0, a), sh(0, b), "v_collective", at(a, r) * cols * elem) + "simplified: all_gather " + sh(0, a) +
+        line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem), at(a, r) * cols * elem) + "simplified: all_gather " + sh(0, a) +
             " -> R then slice R -> " + sh(0, b) + " => reshard " + sh(0, a) + " -> " + sh(0, b) + "\n");
     CHECK(y1.local_shape() == Shape{at(b, r), cols});
     // One transition that is not what the user named: all_to_all along the same dim is a reshard.
     check_simplified(
         s, [&](const auto& x) { return all_to_all<Sharded<0>>(x, b); },
         [&](const auto& x) { return eager::all_to_all<Sharded<0>>(x, b); },
-        line("reshard", sh(0, a), sh(0, b), "v_collective", at(a, r) * cols * elem) + "simplified: all_to_all " + sh(0, a) +
+        line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem), at(a, r) * cols * elem) + "simplified: all_to_all " + sh(0, a) +
             " -> " + sh(0, b) + " => reshard " + sh(0, a) + " -> " + sh(0, b) + "\n");
   }
 }
@@ -376,22 +380,22 @@ TEST_CASE_TEMPLATE("explain: a single step as written has no simplification line
   const auto p = make<T, Partial>();
   const auto rr = make<T, Replicated>();
   const auto i = make<T, Invariant>();
-  CHECK(explain(all_gather(s)).str() == line("all_gather", sh(0, a), "R", "v_collective", mine));
-  CHECK(explain(all_gather<Invariant>(s)).str() == line("all_gather", sh(0, a), "I", "v_collective", mine));
-  CHECK(explain(reduce_scatter<Sharded<0>>(p, a)).str() == line("reduce_scatter", "P(sum)", sh(0, a), "v_collective", whole));
+  CHECK(explain(all_gather(s)).str() == line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), mine));
+  CHECK(explain(all_gather<Invariant>(s)).str() == line("all_gather", sh(0, a), "I", picked(CollectiveOp::all_gather, a, cols * elem), mine));
+  CHECK(explain(reduce_scatter<Sharded<0>>(p, a)).str() == line("reduce_scatter", "P(sum)", sh(0, a), picked(CollectiveOp::reduce_scatter, a, cols * elem), whole));
   CHECK(explain(all_reduce(p)).str() == line("all_reduce", "P(sum)", "R", "all_reduce", whole));
   CHECK(explain(all_reduce<Invariant>(p)).str() == line("all_reduce", "P(sum)", "I", "all_reduce", whole));
   CHECK(explain(slice<Sharded<0>>(rr, a)).str() == local_line("slice", "R", sh(0, a)));
   CHECK(explain(dynamic_slice<Sharded<1>>(i, a)).str() == local_line("slice", "I", sh(1, a)));
-  CHECK(explain(all_to_all<Sharded<1>>(s, b)).str() == line("all_to_all", sh(0, a), sh(1, b), "v_collective", mine));
+  CHECK(explain(all_to_all<Sharded<1>>(s, b)).str() == line("all_to_all", sh(0, a), sh(1, b), picked(CollectiveOp::all_to_all, b, rows * elem), mine));
   CHECK(explain(replicate(i)).str() == local_line("replicate", "I", "R"));
   CHECK(explain(zero_pad(s)).str() == local_line("zero_pad", sh(0, a), "P(sum)"));
   // redistribute<To> asks the planner for the route: no line either.
-  CHECK(explain(redistribute<Replicated>(s)).str() == line("all_gather", sh(0, a), "R", "v_collective", mine));
-  CHECK(explain(redistribute<Sharded<1>>(p, b)).str() == line("reduce_scatter", "P(sum)", sh(1, b), "v_collective", whole));
+  CHECK(explain(redistribute<Replicated>(s)).str() == line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), mine));
+  CHECK(explain(redistribute<Sharded<1>>(p, b)).str() == line("reduce_scatter", "P(sum)", sh(1, b), picked(CollectiveOp::reduce_scatter, b, rows * elem), whole));
   if (n == 4) {  // static lengths print as they are written
     using S1 = Sharded<1, lengths<1, 2, 3, 0>>;
-    CHECK(explain(reduce_scatter<S1>(p)).str() == line("reduce_scatter", "P(sum)", "S(1)[1,2,3,0]", "v_collective", whole));
+    CHECK(explain(reduce_scatter<S1>(p)).str() == line("reduce_scatter", "P(sum)", "S(1)[1,2,3,0]", picked(CollectiveOp::reduce_scatter, {1, 2, 3, 0}, rows * elem), whole));
   }
   // And evaluating each runs exactly that one entry.
   const auto ss = fresh(s), pp = fresh(p), ii = fresh(i);
@@ -417,23 +421,23 @@ TEST_CASE_TEMPLATE("explain: the resolved strategy and the bytes this rank contr
   };
   struct Want {
     PlanStep got;
-    const char* strategy;
+    std::string strategy;
     std::int64_t bytes;
   };
   const Want wants[] = {
       // all_gather: my rows; padded: the longest shard's rows.
-      {step(all_gather(s)), "v_collective", at(a, r) * row},
+      {step(all_gather(s)), picked(CollectiveOp::all_gather, a, row), at(a, r) * row},
       {step(all_gather(s, Strategy::v_collective)), "v_collective", at(a, r) * row},
       {step(all_gather(s, Strategy::per_root)), "per_root", at(a, r) * row},
       {step(all_gather(s, Strategy::padded)), "padded", max_len(a) * row},
       // reduce_scatter: the whole tensor; padded: n blocks of the longest shard.
-      {step(reduce_scatter<Sharded<0>>(p, b)), "v_collective", rows * row},
+      {step(reduce_scatter<Sharded<0>>(p, b)), picked(CollectiveOp::reduce_scatter, b, row), rows * row},
       {step(reduce_scatter<Sharded<0>>(p, b, Strategy::per_root)), "per_root", rows * row},
       {step(reduce_scatter<Sharded<0>>(p, b, Strategy::padded)), "padded", n * max_len(b) * row},
       // all_reduce: the whole tensor, one lowering.
       {step(all_reduce(p)), "all_reduce", rows * cols * elem},
       // all_to_all S(0)[a] -> S(1)[b]: my local part; padded: n slots of max(a) x max(b).
-      {step(all_to_all<Sharded<1>>(s, b)), "v_collective", at(a, r) * cols * elem},
+      {step(all_to_all<Sharded<1>>(s, b)), picked(CollectiveOp::all_to_all, b, rows * elem), at(a, r) * cols * elem},
       {step(all_to_all<Sharded<1>>(s, b, Strategy::send_recv)), "send_recv", at(a, r) * cols * elem},
       {step(all_to_all<Sharded<1>>(s, b, Strategy::padded)), "padded", n * max_len(a) * max_len(b) * elem},
       // A reshard puts my rows into the exchange.
@@ -493,7 +497,7 @@ TEST_CASE_TEMPLATE("explain: local steps, and collectives() / collective_names()
   CHECK(plan2.collective_names() == "all_gather all_reduce");
   CHECK(plan2.steps.size() == 3);
   CHECK(plan2.simplifications.size() == 1);
-  CHECK(plan2.str() == line("all_gather", sh(0, a), "R", "v_collective", at(a, r) * cols * elem_bytes<T>()) +
+  CHECK(plan2.str() == line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem_bytes<T>()), at(a, r) * cols * elem_bytes<T>()) +
                            line("all_reduce", "P(sum)", "R", "all_reduce", rows * cols * elem_bytes<T>()) +
                            local_line("fused add", "(R, R)", "R") + "simplified: all_to_all " + sh(0, a) + " -> " + sh(1, b) +
                            " then all_gather " + sh(1, b) + " -> R => all_gather " + sh(0, a) + " -> R\n");

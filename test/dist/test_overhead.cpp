@@ -4,7 +4,8 @@
 // contiguous (the sharded dim outermost) a transition writes its result
 // straight from and into the tensors' storage: nothing is copied beyond the
 // rank's own piece where a grouped lowering must move it itself, and nothing
-// is zero-filled. Where they are strided, one pack or unpack pass, no more.
+// is zero-filled. Where they are strided, MPI's derived datatypes place them
+// (v_collective), and a reduction, which cannot take them, packs once.
 // Agreements: backward(loss) agrees once for its whole pass, not once per
 // collective, and still turns a pass whose collectives differ across ranks
 // into an exception on every rank instead of a hang.
@@ -100,7 +101,7 @@ TEST_CASE("contiguous shards: every lowering writes straight into its result, wi
   }
 }
 
-TEST_CASE("strided shards: one pack or unpack pass over the local part, no more") {
+TEST_CASE("strided shards: placed by MPI's derived datatypes, except a reduction's one pack pass") {
   const auto& comm = test::world();
   const int n = comm.size(), me = comm.rank();
   auto rng = test::shared_rng(11);
@@ -112,25 +113,32 @@ TEST_CASE("strided shards: one pack or unpack pass over the local part, no more"
     auto p = Tensor<float, Partial>::ones(comm, shape);
     const std::int64_t whole = shape.numel() * fbytes;
 
+    // v_collective: a derived datatype per piece, no unpack; per_root: one unpack pass.
     const auto [g, y] = counted([&] { return transit<Replicated>(x, {}, Strategy::v_collective); });
     CHECK(all_equal(y, 1.f));
-    CHECK(g.bytes_copied == whole);  // unpack of the gathered pieces
+    CHECK(g.bytes_copied == 0);
     CHECK(g.bytes_zeroed == 0);
+    const auto [gr, yr] = counted([&] { return transit<Replicated>(x, {}, Strategy::per_root); });
+    CHECK(all_equal(yr, 1.f));
+    CHECK(gr.bytes_copied == whole + 3 * lens[static_cast<std::size_t>(me)] * fbytes);  // own piece staged, then unpack
 
+    // A reduction takes one datatype for both sides: the pieces are packed once.
     const auto [r, z] = counted([&] { return transit<Sharded<1>>(p, m, Strategy::v_collective); });
     CHECK(all_equal(z, float(n)));
-    CHECK(r.bytes_copied == whole);  // pack of the pieces to reduce
+    CHECK(r.bytes_copied == whole);
     CHECK(r.bytes_zeroed == 0);
 
-    // all_to_all S(1) -> S(0): the pieces sent are row blocks of x's local
-    // (3, lens[me]) part, contiguous (no pack); those received are column
-    // blocks of the result, strided unless it holds one row (one unpack).
+    // all_to_all S(1) -> S(0) and a reshard along the strided dim: in place.
     const auto rows = test::random_lengths(rng, n, 3);
-    const std::int64_t mine = rows[static_cast<std::size_t>(me)];
     const auto [c, w] = counted([&] { return transit<Sharded<0>>(x, layout_mapping<Sharded<0>>(rows), Strategy::v_collective); });
     CHECK(all_equal(w, 1.f));
-    CHECK(c.bytes_copied == (mine == 1 ? 0 : mine * sum_of(lens) * fbytes));
+    CHECK(c.bytes_copied == 0);
     CHECK(c.bytes_zeroed == 0);
+    std::vector<std::int64_t> other(lens.begin() + 1, lens.end());
+    other.push_back(lens.front());
+    const auto [h, v] = counted([&] { return transit<Sharded<1>>(x, layout_mapping<Sharded<1>>(other), Strategy::v_collective); });
+    CHECK(all_equal(v, 1.f));
+    CHECK(h.bytes_copied == 0);
   }
 }
 

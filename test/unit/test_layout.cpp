@@ -92,14 +92,19 @@ TEST_CASE("Shape and DimView") {
 }
 
 TEST_CASE("the cost model picks v collectives on MPI, and without them an equal-count collective for even lengths") {
-  const std::vector<std::int64_t> even{3, 3, 3, 3}, uneven{1, 2, 3, 4}, skewed{0, 0, 0, 100};
+  const std::vector<std::int64_t> even{3, 3, 3, 3}, uneven{1, 2, 3, 4}, skewed{0, 0, 0, 100}, two{1, 3};
   CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 64, true) == Strategy::v_collective);
   CHECK(choose_strategy(CollectiveOp::all_gather, even, 1 << 20, false) == Strategy::padded);
-  CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 64, true) == Strategy::v_collective);
-  // ... but MPI_Reduce_scatter's fresh temporaries lose to one reduce per root above 32 MiB.
-  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 1 << 20, true) == Strategy::v_collective);
-  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 4 << 20, true) == Strategy::per_root);
-  CHECK(choose_strategy(CollectiveOp::all_gather, even, 4 << 20, true) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::all_gather, two, 64, true) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 1 << 20, true) == Strategy::v_collective);
+  // The measured exceptions on MPI: small all_gathers over 3-8 ranks as one
+  // broadcast per root, small exchanges as send/receive.
+  CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 64, true) == Strategy::per_root);
+  CHECK(choose_strategy(CollectiveOp::all_to_all, uneven, 64, true) == Strategy::send_recv);
+  CHECK(choose_strategy(CollectiveOp::reshard, uneven, 1 << 20, true) == Strategy::v_collective);
+  // ... and MPI_Reduce_scatter's fresh temporaries lose to one reduce per root above 8 MiB.
+  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 512 << 10, true) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::reduce_scatter, even, 1 << 20, true) == Strategy::per_root);
   // Without v collectives: one large piece wastes 3x in padding -> per-root.
   CHECK(choose_strategy(CollectiveOp::reduce_scatter, skewed, 1 << 20, false) == Strategy::per_root);
   CHECK(choose_strategy(CollectiveOp::all_to_all, skewed, 1 << 20, false) == Strategy::send_recv);

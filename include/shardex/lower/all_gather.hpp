@@ -7,12 +7,15 @@
 /// piece is (outer, lens[i], inner) at row offset offs[i]. When outer == 1 (the
 /// sharded dim is the outermost non-trivial one) every piece is contiguous in
 /// the output, and each plan receives straight into it, with no staging copy.
+/// Strided pieces go through one unpack pass, except with v_collective on a
+/// backend with a block exchange (MPI's derived datatypes), which places them.
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "shardex/core/shape.hpp"
+#include "shardex/core/strided_block.hpp"
 #include "shardex/layout/lengths.hpp"
 #include "shardex/lower/backend.hpp"
 #include "shardex/lower/strategy.hpp"
@@ -62,6 +65,20 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
     return;
   }
 
+  if constexpr (requires { Comm::has_block_exchange; }) {
+    if (s == Strategy::v_collective && !direct) {
+      // Strided pieces: described to the backend (derived datatypes), which
+      // moves them from each rank's part straight into place, no unpack pass.
+      std::vector<StridedBlock> to(static_cast<std::size_t>(n)), from(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        to[static_cast<std::size_t>(i)] = StridedBlock::of(1, 1, outer * mine * inner, 0, 1);
+        from[static_cast<std::size_t>(i)] =
+            StridedBlock::of(outer, N, inner, offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]);
+      }
+      comm.exchange_blocks(local, std::span<const StridedBlock>(to), out, std::span<const StridedBlock>(from));
+      return;
+    }
+  }
   const detail::RankMajor rm(lens, outer * inner);
   std::shared_ptr<T[]> stage;
   T* dst = out;  // rank-major pieces: `out` itself when direct

@@ -57,6 +57,21 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
     return;
   }
 
+  if constexpr (requires { Comm::has_block_exchange; }) {
+    if (s == Strategy::v_collective) {
+      // Every piece described to the backend (derived datatypes where it is
+      // strided), which moves it between x and y with no pack or unpack.
+      // Whether a side is strided can differ by rank (a rank holding one row),
+      // so every rank takes this path: they must make the same call.
+      std::vector<StridedBlock> to(us(n)), from(us(n));
+      for (int i = 0; i < n; ++i) {
+        to[us(i)] = StridedBlock::of(xs.outer, xs.extent, xs.inner, offs_s[us(i)], lens_s[us(i)]);
+        from[us(i)] = StridedBlock::of(yc.outer, yc.extent, yc.inner, offs_c[us(i)], lens_c[us(i)]);
+      }
+      comm.exchange_blocks(x, std::span<const StridedBlock>(to), y, std::span<const StridedBlock>(from));
+      return;
+    }
+  }
   std::shared_ptr<T[]> sstage, rstage;
   const T* sptr = x;  // pieces contiguous in x when the S dim is outermost
   T* rptr = y;        // and in y when the C dim is outermost

@@ -43,6 +43,21 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
   // Pieces are contiguous in x and y when the sharded dim is outermost: then
   // they go straight from x into y (displacements into x and y themselves).
   const bool direct = outer == 1;
+  if constexpr (requires { Comm::has_block_exchange; }) {
+    if (s == Strategy::v_collective && !direct) {
+      // Strided rows: described to the backend (derived datatypes), which
+      // moves them from x into y with no pack or unpack pass.
+      std::vector<StridedBlock> to(us(n)), from(us(n));
+      for (int i = 0; i < n; ++i) {
+        const auto [slo, shi] = overlap(me, i);
+        to[us(i)] = StridedBlock::of(outer, mine_old, inner, slo - a[us(me)], shi - slo);
+        const auto [rlo, rhi] = overlap(i, me);
+        from[us(i)] = StridedBlock::of(outer, mine_new, inner, rlo - c[us(me)], rhi - rlo);
+      }
+      comm.exchange_blocks(x, std::span<const StridedBlock>(to), y, std::span<const StridedBlock>(from));
+      return;
+    }
+  }
   std::shared_ptr<T[]> sbuf, rbuf;
   const T* sptr = x;
   T* rptr = y;

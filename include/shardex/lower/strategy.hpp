@@ -91,18 +91,27 @@ constexpr bool supports(CollectiveOp op, Strategy s) {
 struct CostModel {
   double latency_s = 20e-6;      ///< one collective call
   double seconds_per_byte = 1e-9;
+  // On MPI (the v collectives exist), the cases bench/collectives measured a
+  // lowering other than the v collective to win in (bench/RESULTS.md):
   /// Above this many bytes in all, MPI_Reduce_scatter (which allocates its
-  /// temporaries on every call: beyond glibc's mmap threshold, which
-  /// mpi::Environment sets to 32 MiB, they are fresh pages each time) loses
-  /// to one reduce per root: 3.6x at 64 MiB on 2 ranks (bench/collectives).
-  std::int64_t mpi_reduce_scatter_max_bytes = std::int64_t(32) << 20;
+  /// temporaries on every call, fresh pages at this size) loses to one
+  /// reduce per root: 1.2x at 16 MiB, 4.8x at 64 MiB on 2 ranks.
+  std::int64_t mpi_reduce_scatter_max_bytes = std::int64_t(8) << 20;
+  /// Up to this many bytes an all_gather over 3 to `mpi_rooted_max_ranks`
+  /// ranks is faster as one broadcast per root than as MPI_Allgatherv
+  /// (1.2-1.6x on 4 ranks up to 1 MiB); with 2 ranks they tie.
+  std::int64_t mpi_rooted_all_gather_max_bytes = std::int64_t(1) << 20;
+  int mpi_rooted_max_ranks = 8;
+  /// Up to this many bytes an all_to_all or reshard is faster as grouped
+  /// send/receive than as MPI_Alltoallv (1.02-1.10x).
+  std::int64_t mpi_send_recv_max_bytes = std::int64_t(64) << 10;
 };
 
 /// Picks the strategy for `op` moving `lens[i] * row_bytes` bytes from or to
 /// rank i. A backend with v collectives (MPI) takes them (bench/collectives:
-/// within a few percent of the raw call), except a reduce_scatter above
-/// `mpi_reduce_scatter_max_bytes`, which takes one reduce per root; padded
-/// (MPI_Reduce_scatter_block) fell 3-7x behind from 256 KiB even for even lengths. Otherwise (NCCL) even lengths take `padded`, which is then an
+/// within a few percent of the raw call) except where the CostModel's MPI
+/// thresholds say another lowering measured faster; padded (the equal-count
+/// collective of max-length blocks) never won there, by up to 4.5x. Otherwise (NCCL) even lengths take `padded`, which is then an
 /// ordinary equal-count collective, and uneven ones the cheaper of padding
 /// waste and per-root latency under the alpha-beta model.
 inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> lens, std::int64_t row_bytes,
@@ -115,8 +124,17 @@ inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> l
     nonzero += l > 0;
   }
   if (backend_has_v) {
-    if (op == CollectiveOp::reduce_scatter && sum * row_bytes > model.mpi_reduce_scatter_max_bytes) return Strategy::per_root;
-    return Strategy::v_collective;
+    const std::int64_t total = sum * row_bytes;
+    switch (op) {
+      case CollectiveOp::all_gather:
+        return n > 2 && n <= model.mpi_rooted_max_ranks && total <= model.mpi_rooted_all_gather_max_bytes ? Strategy::per_root
+                                                                                                           : Strategy::v_collective;
+      case CollectiveOp::reduce_scatter:
+        return total > model.mpi_reduce_scatter_max_bytes ? Strategy::per_root : Strategy::v_collective;
+      case CollectiveOp::all_to_all:
+      case CollectiveOp::reshard:
+        return total <= model.mpi_send_recv_max_bytes ? Strategy::send_recv : Strategy::v_collective;
+    }
   }
   if (op == CollectiveOp::reshard) return Strategy::send_recv;
   if (mx * n == sum) return Strategy::padded;

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "shardex/core/error.hpp"
+#include "shardex/core/strided_block.hpp"
 
 namespace shardex::mpi {
 
@@ -72,6 +73,9 @@ std::vector<int> to_counts(std::span<const std::int64_t> n, const char* what);
 #endif
 
 class Communicator;
+
+/// One piece of a strided exchange (Communicator::exchange_blocks).
+using Block = StridedBlock;
 
 /// Non-blocking rooted and point-to-point calls issued together and completed
 /// together by `end()`. Buffers must stay alive until `end()` returns.
@@ -151,6 +155,16 @@ public:
     all_to_all_v_raw(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype_of<T>());
   }
 
+  /// Every rank sends `to[i]` of `send` to rank i and receives `from[j]` of
+  /// `recv` from rank j (MPI_Alltoallw with a derived datatype per piece), so
+  /// that strided pieces go between the tensors' own storage without a pack
+  /// or unpack pass. to[i].count() on rank r must equal from[r].count() on i.
+  static constexpr bool has_block_exchange = true;
+  template <class T>
+  void exchange_blocks(const T* send, std::span<const Block> to, T* recv, std::span<const Block> from) const {
+    exchange_blocks_raw(send, to, recv, from, dtype_of<T>());
+  }
+
   /// Element-wise minimum over ranks, in place (used by the cross-rank checks).
   void all_reduce_min(std::int64_t* buf, int count) const;
 
@@ -168,6 +182,7 @@ private:
   void all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
                         std::span<const std::int64_t> displs, Dtype t) const;
   void reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts, Dtype t) const;
+  void exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from, Dtype t) const;
   void all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
                         void* recv, std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
                         Dtype t) const;

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Summarizes a bench/run results file (JSON lines) as Markdown tables.
+
+    bench/report.py bench/results/results.jsonl > summary.md
+
+Collectives: per ranks, op and sharded dim, the ratio of the strategy
+`automatic` picks to the raw MPI call making the same movement (median and
+worst over lengths patterns, for 64 KiB and above), its extra microseconds at
+4 KiB, and how many cases `automatic` is within 1.10x of the fastest strategy.
+MLP step: shardex against PyTorch and against the GEMM floor.
+"""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    rows = []
+    for line in open(path):
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
+
+
+def human(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+
+def collectives(rows):
+    c = [r for r in rows if r.get("bench") == "collectives"]
+    if not c:
+        return
+    cases = defaultdict(dict)
+    auto = {}
+    for r in c:
+        k = (r["ranks"], r["op"], r["pattern"], r["dim"], r["bytes"])
+        cases[k][r["variant"]] = r["median_us"]
+        auto[k] = r["auto"]
+    print("### Every transition against the raw MPI call\n")
+    print("`automatic`'s time over the raw call's (the same movement, same run), median and worst")
+    print("over the lengths patterns and sizes from 64 KiB; at 4 KiB, the microseconds it adds.\n")
+    print("| ranks | op | sharded dim | median, >= 64 KiB | worst, >= 64 KiB (where) | + us at 4 KiB |")
+    print("|---|---|---|---|---|---|")
+    groups = defaultdict(list)
+    for k, v in cases.items():
+        groups[(k[0], k[1], k[3])].append((k, v))
+    for g in sorted(groups, key=lambda g: (g[0], ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "reshard"].index(g[1]) if g[1] in ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "reshard"] else 9, g[2])):
+        big = [(v[auto[k]] / v["raw"], k) for k, v in groups[g] if k[4] >= 65536 and "raw" in v and auto[k] in v]
+        small = [v[auto[k]] - v["raw"] for k, v in groups[g] if k[4] == 4096 and "raw" in v and auto[k] in v]
+        if not big:
+            continue
+        worst = max(big)
+        dim = g[2] if g[1] != "all_reduce" else "-"
+        print(f"| {g[0]} | {g[1]} | {dim} | {statistics.median(x for x, _ in big):.2f}x | {worst[0]:.2f}x "
+              f"({worst[1][2]}, {human(worst[1][4])}) | {statistics.median(small):+.1f} |" if small else "| - |")
+    within = sum(1 for k, v in cases.items() if auto[k] in v and v[auto[k]] <= 1.10 * min(x for s, x in v.items() if s != "raw"))
+    total = sum(1 for k, v in cases.items() if auto[k] in v)
+    print(f"\n`automatic` within 1.10x of the fastest strategy in {within} of {total} cases.")
+    off = []
+    for k, v in cases.items():
+        strat = {s: x for s, x in v.items() if s != "raw"}
+        if auto[k] in strat and strat[auto[k]] > 1.10 * min(strat.values()):
+            best = min(strat, key=strat.get)
+            off.append((strat[auto[k]] / strat[best], k, auto[k], best))
+    if off:
+        print("The cases where it is not (ratio to the fastest):\n")
+        print("| ranks | op | lengths | dim | bytes | automatic | fastest | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for ratio, k, a, b in sorted(off, reverse=True):
+            print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {human(k[4])} | {a} | {b} | {ratio:.2f}x |")
+    ov = [r for r in rows if r.get("bench") == "overhead"]
+    if ov:
+        print("\nA call that moves nothing (an all_gather of zero rows), microseconds:\n")
+        print("| ranks | raw MPI_Allgatherv | shardex | shardex without the agreement |")
+        print("|---|---|---|---|")
+        by = defaultdict(dict)
+        for r in ov:
+            by[r["ranks"]][r["variant"]] = r["median_us"]
+        for n, v in sorted(by.items()):
+            print(f"| {n} | {v.get('raw', 0):.2f} | {v.get('checked', 0):.2f} | {v.get('local_checks', 0):.2f} |")
+
+
+def mlp(rows):
+    m = [r for r in rows if r.get("bench") == "mlp_step"]
+    if not m:
+        return
+    print("\n### The Megatron MLP step (forward + backward, float32)\n")
+    print("| T, H, F | impl | processes x threads | step ms | comm ms | GEMM floor ms | step / floor | shardex / PyTorch (2 ranks) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size in sorted({(r["tokens"], r["hidden"], r["ffn"]) for r in m}, reverse=True):
+        at = [r for r in m if (r["tokens"], r["hidden"], r["ffn"]) == size]
+        pt2 = [r for r in at if r["impl"] == "pytorch" and r["ranks"] == 2]
+        for r in sorted(at, key=lambda r: (r["impl"] != "shardex", r["ranks"])):
+            floor = f"{r['gemm_floor_ms']:.1f}" if "gemm_floor_ms" in r else "-"
+            vs = f"{r['vs_floor']:.2f}x" if "vs_floor" in r else "-"
+            ratio = f"{r['step_ms'] / pt2[0]['step_ms']:.2f}x" if r["impl"] == "shardex" and r["ranks"] == 2 and pt2 else ""
+            print(f"| {size[0]}, {size[1]}, {size[2]} | {r['impl']} | {r['ranks']} x {r['threads_per_rank']} | "
+                  f"{r['step_ms']:.1f} | {r['comm_ms']:.1f} | {floor} | {vs} | {ratio} |")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: bench/report.py RESULTS.jsonl")
+    rows = load(sys.argv[1])
+    collectives(rows)
+    mlp(rows)
+
+
+if __name__ == "__main__":
+    main()
