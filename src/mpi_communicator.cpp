@@ -145,7 +145,10 @@ void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* 
 
 namespace {
 /// The datatypes of one side of a block exchange: a contiguous run is the
-/// element type with a count; a strided piece is an MPI vector, freed here.
+/// element type with a count; a strided piece is an MPI vector. MPI_Alltoallw
+/// takes byte displacements as int: a piece further than 2 GiB into its
+/// buffer is wrapped in a struct type carrying the displacement as MPI_Aint.
+/// The types made here are freed with the object.
 struct BlockTypes {
   std::vector<MPI_Datatype> types, owned;
   std::vector<int> counts, displs;  // displacements in bytes (MPI_Alltoallw)
@@ -153,18 +156,29 @@ struct BlockTypes {
     int size = 0;
     check(MPI_Type_size(t, &size), "MPI_Type_size");
     for (const Block& b : blocks) {
-      displs.push_back(to_count(b.offset * size, what));
-      if (b.count() == 0 || b.rows == 1 || b.stride == b.run) {
-        types.push_back(t);
-        counts.push_back(to_count(b.count(), what));
+      MPI_Datatype piece = t;
+      int count = to_count(b.count(), what);
+      if (count > 0 && b.rows > 1 && b.stride != b.run) {
+        check(MPI_Type_vector(to_count(b.rows, what), to_count(b.run, what), to_count(b.stride, what), t, &piece),
+              "MPI_Type_vector");
+        owned.push_back(piece);
+        check(MPI_Type_commit(&piece), "MPI_Type_commit");
+        count = 1;
+      }
+      const MPI_Aint bytes = static_cast<MPI_Aint>(b.offset) * size;
+      if (count == 0 || bytes <= INT_MAX) {
+        types.push_back(piece);
+        counts.push_back(count);
+        displs.push_back(count == 0 ? 0 : static_cast<int>(bytes));
         continue;
       }
-      MPI_Datatype v = MPI_DATATYPE_NULL;
-      check(MPI_Type_vector(to_count(b.rows, what), to_count(b.run, what), to_count(b.stride, what), t, &v), "MPI_Type_vector");
-      owned.push_back(v);
-      check(MPI_Type_commit(&v), "MPI_Type_commit");
-      types.push_back(v);
+      MPI_Datatype placed = MPI_DATATYPE_NULL;
+      check(MPI_Type_create_struct(1, &count, &bytes, &piece, &placed), "MPI_Type_create_struct");
+      owned.push_back(placed);
+      check(MPI_Type_commit(&placed), "MPI_Type_commit");
+      types.push_back(placed);
       counts.push_back(1);
+      displs.push_back(0);
     }
   }
   BlockTypes(const BlockTypes&) = delete;

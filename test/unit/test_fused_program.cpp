@@ -33,7 +33,7 @@ void same_as_template_loop(const E& e, P&... params) {
   CHECK(program.n_instrs == decltype(tree)::instrs);
   CHECK(program.n_leaves == decltype(tree)::leaves);
   for (std::int64_t i = 0; i < y.size(); ++i) CHECK(program.value_at(i) == doctest::Approx(y.data()[i]).epsilon(1e-14));
-  tree.prepare();
+  tree.prepare(false);  // the interpreter accumulates, as the device pass does
   FusedProgram<double> backward;
   tree.emit(backward);  // now with the gradient buffers of the leaves
   for (std::int64_t i = 0; i < g.size(); ++i) backward.backprop_at(i, g.data()[i], [](double* d, double v, bool) { *d += v; });

@@ -133,12 +133,21 @@ struct FusedLeaf {
   T* grad_data = nullptr;  // grad's storage while the backward pass runs
 
   [[nodiscard]] T value(std::int64_t i, std::int64_t j) const { return t.data()[mod ? j : i]; }
+  /// The host's template loop visits every element once, so a leaf read at i
+  /// gets its one contribution stored, on storage that is not zero-filled
+  /// first; a broadcast leaf sums a contribution per row. A FusedProgram
+  /// (the device pass) accumulates into zeros: `prepare(false)`.
   void backprop(std::int64_t i, std::int64_t j, T g) {
-    if (grad_data) grad_data[mod ? j : i] += g;
+    if (!grad_data) return;
+    if (mod) grad_data[j] += g;
+    else grad_data[i] = g;
   }
-  void prepare() {
+  void prepare(bool store_once) {
     if (t.node()) {
-      grad = t.node()->make_full(T(0));
+      if (store_once && mod == 0)
+        grad = Tensor<T, dual_t<L>, Dev>::empty(t.comm(), t.shape(), dual_mapping<L>(t.mapping()));
+      else
+        grad = t.node()->make_full(T(0));
       grad_data = grad->data();
     }
   }
@@ -239,7 +248,7 @@ struct FusedNode {
     return p.n_instrs++;
   }
   static constexpr int leaves = (B::leaves + ...), instrs = 1 + (B::instrs + ...);
-  void prepare() { std::apply([](auto&... a) { (a.prepare(), ...); }, args); }
+  void prepare(bool store_once) { std::apply([&](auto&... a) { (a.prepare(store_once), ...); }, args); }
   void flush() { std::apply([](auto&... a) { (a.flush(), ...); }, args); }
   void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
     std::apply([&](const auto&... a) { (a.collect(nodes), ...); }, args);
@@ -305,7 +314,7 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   tree.collect(inputs);
   if (!inputs.empty())
     out.record(name, std::move(inputs), [tree, row](const Tensor<T, dual_t<L>, Dev>& g) mutable {
-      tree.prepare();
+      tree.prepare(Dev::fused_on_host);
       if constexpr (Dev::fused_on_host) {
         const T* gy = g.data();
         // Within a row every gradient element is written by one j only (a
