@@ -5,7 +5,8 @@
 // straight from and into the tensors' storage: nothing is copied beyond the
 // rank's own piece where a grouped lowering must move it itself, and nothing
 // is zero-filled. Where they are strided, MPI's derived datatypes place them
-// (v_collective), and a reduction, which cannot take them, packs once.
+// (v_collective), except that an all_to_all packs the strided pieces it sends
+// and a reduction, which cannot take datatypes, packs once.
 // Agreements: backward(loss) agrees once for its whole pass, not once per
 // collective, and still turns a pass whose collectives differ across ranks
 // into an exception on every rank instead of a hang.
@@ -128,12 +129,21 @@ TEST_CASE("strided shards: placed by MPI's derived datatypes, except a reduction
     CHECK(r.bytes_copied == whole);
     CHECK(r.bytes_zeroed == 0);
 
-    // all_to_all S(1) -> S(0) and a reshard along the strided dim: in place.
+    // all_to_all S(1) -> S(0): the pieces sent are row blocks of x's local
+    // part (contiguous), those received strided column blocks of the result,
+    // placed by datatypes: no copy. A reshard along the strided dim: in place.
     const auto rows = test::random_lengths(rng, n, 3);
     const auto [c, w] = counted([&] { return transit<Sharded<0>>(x, layout_mapping<Sharded<0>>(rows), Strategy::v_collective); });
     CHECK(all_equal(w, 1.f));
     CHECK(c.bytes_copied == 0);
     CHECK(c.bytes_zeroed == 0);
+    // The way back, S(0) -> S(1): the pieces sent are strided column blocks,
+    // packed once (unless this rank holds a single row); received in place.
+    const auto [k, u] = counted([&] { return transit<Sharded<1>>(w, m, Strategy::v_collective); });
+    const std::int64_t my_rows = rows[static_cast<std::size_t>(me)];
+    CHECK(all_equal(u, 1.f));
+    CHECK(k.bytes_copied == (my_rows == 1 ? 0 : my_rows * sum_of(lens) * fbytes));
+    CHECK(k.bytes_zeroed == 0);
     std::vector<std::int64_t> other(lens.begin() + 1, lens.end());
     other.push_back(lens.front());
     const auto [h, v] = counted([&] { return transit<Sharded<1>>(x, layout_mapping<Sharded<1>>(other), Strategy::v_collective); });

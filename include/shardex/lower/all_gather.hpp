@@ -71,7 +71,7 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
       // moves them from each rank's part straight into place, no unpack pass.
       std::vector<StridedBlock> to(static_cast<std::size_t>(n)), from(static_cast<std::size_t>(n));
       for (int i = 0; i < n; ++i) {
-        to[static_cast<std::size_t>(i)] = StridedBlock::of(1, 1, outer * mine * inner, 0, 1);
+        to[static_cast<std::size_t>(i)] = StridedBlock::contiguous(0, outer * mine * inner);
         from[static_cast<std::size_t>(i)] =
             StridedBlock::of(outer, N, inner, offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]);
       }

@@ -59,16 +59,26 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
 
   if constexpr (requires { Comm::has_block_exchange; }) {
     if (s == Strategy::v_collective) {
-      // Every piece described to the backend (derived datatypes where it is
-      // strided), which moves it between x and y with no pack or unpack.
+      // The pieces received are described to the backend (derived datatypes
+      // where they are strided), which writes them into y with no unpack
+      // pass. Strided pieces to send are packed first: Open MPI sends a
+      // vector datatype 1.6-2x slower than a packed block (bench/collectives).
       // Whether a side is strided can differ by rank (a rank holding one row),
       // so every rank takes this path: they must make the same call.
+      std::shared_ptr<T[]> packed;
+      const T* from_ptr = x;
       std::vector<StridedBlock> to(us(n)), from(us(n));
+      if (xs.outer != 1) {
+        packed = Dev::template allocate_uninitialized<T>(send.total);
+        pack(packed.get(), send.displs);
+        from_ptr = packed.get();
+      }
       for (int i = 0; i < n; ++i) {
-        to[us(i)] = StridedBlock::of(xs.outer, xs.extent, xs.inner, offs_s[us(i)], lens_s[us(i)]);
+        to[us(i)] = xs.outer != 1 ? StridedBlock::contiguous(send.displs[us(i)], send.counts[us(i)])
+                                  : StridedBlock::of(xs.outer, xs.extent, xs.inner, offs_s[us(i)], lens_s[us(i)]);
         from[us(i)] = StridedBlock::of(yc.outer, yc.extent, yc.inner, offs_c[us(i)], lens_c[us(i)]);
       }
-      comm.exchange_blocks(x, std::span<const StridedBlock>(to), y, std::span<const StridedBlock>(from));
+      comm.exchange_blocks(from_ptr, std::span<const StridedBlock>(to), y, std::span<const StridedBlock>(from));
       return;
     }
   }

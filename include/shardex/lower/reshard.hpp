@@ -46,7 +46,8 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
   if constexpr (requires { Comm::has_block_exchange; }) {
     if (s == Strategy::v_collective && !direct) {
       // Strided rows: described to the backend (derived datatypes), which
-      // moves them from x into y with no pack or unpack pass.
+      // moves them from x into y with no pack or unpack pass. (Packing the
+      // rows sent, as all_to_all does, measured slower here from 1 MiB.)
       std::vector<StridedBlock> to(us(n)), from(us(n));
       for (int i = 0; i < n; ++i) {
         const auto [slo, shi] = overlap(me, i);
