@@ -65,7 +65,7 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
     return;
   }
 
-  if constexpr (requires { Comm::has_block_exchange; }) {
+  if constexpr (Comm::has_v_collectives) {
     if (s == Strategy::v_collective && !direct) {
       // Strided pieces: described to the backend (derived datatypes), which
       // moves them from each rank's part straight into place, no unpack pass.

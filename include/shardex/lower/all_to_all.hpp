@@ -57,7 +57,7 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
     return;
   }
 
-  if constexpr (requires { Comm::has_block_exchange; }) {
+  if constexpr (Comm::has_v_collectives) {
     if (s == Strategy::v_collective) {
       // The pieces received are described to the backend (derived datatypes
       // where they are strided), which writes them into y with no unpack
@@ -101,18 +101,16 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
   if (yc.outer == 1)
     for (int j = 0; j < n; ++j) rdispls[us(j)] = offs_c[us(j)] * yc.inner;
 
-  if (s == Strategy::v_collective) {
-    if constexpr (Comm::has_v_collectives) comm.all_to_all_v(sptr, send.counts, sdispls, rptr, recv.counts, rdispls);
-  } else {  // send_recv: grouped point-to-point, the own piece copied locally
-    Dev::copy_block(sptr + sdispls[us(me)], 1, 0, rptr + rdispls[us(me)], 1, 0, 1, 1, send.counts[us(me)]);
-    auto g = comm.group();
-    for (int k = 1; k < n; ++k) {
-      const int to = (me + k) % n, from = (me - k + n) % n;
-      if (recv.counts[us(from)] > 0) g.recv(rptr + rdispls[us(from)], recv.counts[us(from)], from);
-      if (send.counts[us(to)] > 0) g.send(sptr + sdispls[us(to)], send.counts[us(to)], to);
-    }
-    g.end();
+  // send_recv (v_collective returned above): grouped point-to-point, the own
+  // piece copied locally.
+  Dev::copy_block(sptr + sdispls[us(me)], 1, 0, rptr + rdispls[us(me)], 1, 0, 1, 1, send.counts[us(me)]);
+  auto g = comm.group();
+  for (int k = 1; k < n; ++k) {
+    const int to = (me + k) % n, from = (me - k + n) % n;
+    if (recv.counts[us(from)] > 0) g.recv(rptr + rdispls[us(from)], recv.counts[us(from)], from);
+    if (send.counts[us(to)] > 0) g.send(sptr + sdispls[us(to)], send.counts[us(to)], to);
   }
+  g.end();
   if (yc.outer != 1) unpack(rptr, recv.displs);
 }
 

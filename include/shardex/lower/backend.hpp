@@ -8,7 +8,8 @@
 /// `all_to_all`, `broadcast`, `group()` returning an object with `broadcast`,
 /// `reduce`, `send`, `recv` and `end`, and `has_v_collectives`. A backend whose
 /// `has_v_collectives` is true also provides `all_gather_v`,
-/// `reduce_scatter_v` and `all_to_all_v`.
+/// `reduce_scatter_v`, `all_to_all_v` and `exchange_blocks` (pieces described
+/// as StridedBlocks, moved with the backend's derived datatypes).
 /// Laws: a count of 0 moves nothing; the rank's own piece needs no message.
 /// Models: `mpi::Communicator`, `nccl::Communicator`.
 ///

@@ -43,7 +43,7 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
   // Pieces are contiguous in x and y when the sharded dim is outermost: then
   // they go straight from x into y (displacements into x and y themselves).
   const bool direct = outer == 1;
-  if constexpr (requires { Comm::has_block_exchange; }) {
+  if constexpr (Comm::has_v_collectives) {
     if (s == Strategy::v_collective && !direct) {
       // Strided rows: described to the backend (derived datatypes), which
       // moves them from x into y with no pack or unpack pass. (Packing the

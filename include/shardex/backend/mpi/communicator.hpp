@@ -159,7 +159,6 @@ public:
   /// `recv` from rank j (MPI_Alltoallw with a derived datatype per piece), so
   /// that strided pieces go between the tensors' own storage without a pack
   /// or unpack pass. to[i].count() on rank r must equal from[r].count() on i.
-  static constexpr bool has_block_exchange = true;
   template <class T>
   void exchange_blocks(const T* send, std::span<const Block> to, T* recv, std::span<const Block> from) const {
     exchange_blocks_raw(send, to, recv, from, dtype_of<T>());
