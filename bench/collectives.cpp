@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -88,6 +89,99 @@ std::vector<int> displs_of(const std::vector<int>& counts) {
   for (std::size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
   return d;
 }
+
+/// A block of a row-major matrix: `rows` x `cols` floats starting at
+/// `offset`, rows `ld` floats apart.
+struct Block {
+  std::int64_t offset = 0, rows = 0, cols = 0, ld = 0;
+  std::int64_t size() const { return rows * cols; }
+  bool contiguous() const { return rows <= 1 || cols == ld; }
+};
+
+/// Copies `b` of `from` to `to` as one contiguous run (pack), or back (unpack).
+void pack(const float* from, const Block& b, float* to) {
+  for (std::int64_t r = 0; r < b.rows; ++r)
+    std::copy_n(from + b.offset + r * b.ld, b.cols, to + r * b.cols);
+}
+void unpack(const float* from, const Block& b, float* to) {
+  for (std::int64_t r = 0; r < b.rows; ++r)
+    std::copy_n(from + r * b.cols, b.cols, to + b.offset + r * b.ld);
+}
+
+/// What a hand-written MPI program does to move strided blocks (an inner
+/// sharded dim): `send[i]` of the input goes to rank i's `recv[me]` of its
+/// output. Two ways, each with its datatypes and staging built once:
+///   typed   one MPI_Alltoallw with a vector datatype per strided block;
+///   packed  pack the strided blocks, one contiguous collective (MPI_Allgatherv
+///           when every rank sends the same block to all, else MPI_Alltoallv),
+///           unpack.
+/// The faster of the two is the reference a lowering is measured against.
+class RawExchange {
+ public:
+  RawExchange(std::vector<Block> send, std::vector<Block> recv, bool gather) : send_(std::move(send)), recv_(std::move(recv)), gather_(gather) {
+    const std::size_t n = send_.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      stypes_.push_back(type_of(send_[i]));
+      rtypes_.push_back(type_of(recv_[i]));
+      scounts_.push_back(count_of(send_[i]));
+      rcounts_.push_back(count_of(recv_[i]));
+      sbytes_.push_back(static_cast<int>(send_[i].offset * 4));
+      rbytes_.push_back(static_cast<int>(recv_[i].offset * 4));
+      sc_.push_back(static_cast<int>(send_[i].size()));
+      rc_.push_back(static_cast<int>(recv_[i].size()));
+      pack_send_ = pack_send_ || !send_[i].contiguous();
+      unpack_recv_ = unpack_recv_ || !recv_[i].contiguous();
+    }
+    sd_ = displs_of(sc_);
+    rd_ = displs_of(rc_);
+    if (!pack_send_)
+      for (std::size_t i = 0; i < n; ++i) sd_[i] = static_cast<int>(send_[i].offset);
+    if (!unpack_recv_)
+      for (std::size_t i = 0; i < n; ++i) rd_[i] = static_cast<int>(recv_[i].offset);
+    sstage_.assign(static_cast<std::size_t>(std::max(sd_.back() + sc_.back(), 1)), 0.f);
+    rstage_.assign(static_cast<std::size_t>(std::max(rd_.back() + rc_.back(), 1)), 0.f);
+  }
+  RawExchange(const RawExchange&) = delete;
+  RawExchange& operator=(const RawExchange&) = delete;
+  ~RawExchange() {
+    for (auto* ts : {&stypes_, &rtypes_})
+      for (auto& t : *ts)
+        if (t != MPI_FLOAT) MPI_Type_free(&t);
+  }
+
+  void typed(const float* in, float* out, MPI_Comm comm) const {
+    MPI_Alltoallw(in, scounts_.data(), sbytes_.data(), stypes_.data(), out, rcounts_.data(), rbytes_.data(), rtypes_.data(), comm);
+  }
+  void packed(const float* in, float* out, MPI_Comm comm) {
+    const float* src = in;
+    if (pack_send_) {
+      for (std::size_t i = 0; i < send_.size(); ++i) pack(in, send_[i], sstage_.data() + sd_[i]);
+      src = sstage_.data();
+    }
+    float* dst = unpack_recv_ ? rstage_.data() : out;
+    if (gather_) MPI_Allgatherv(src, sc_[0], MPI_FLOAT, dst, rc_.data(), rd_.data(), MPI_FLOAT, comm);
+    else MPI_Alltoallv(src, sc_.data(), sd_.data(), MPI_FLOAT, dst, rc_.data(), rd_.data(), MPI_FLOAT, comm);
+    if (unpack_recv_)
+      for (std::size_t i = 0; i < recv_.size(); ++i) unpack(rstage_.data() + rd_[i], recv_[i], out);
+  }
+
+ private:
+  // A contiguous block goes as plain floats, a strided one as one vector.
+  static int count_of(const Block& b) { return b.size() == 0 || b.contiguous() ? static_cast<int>(b.size()) : 1; }
+  static MPI_Datatype type_of(const Block& b) {
+    if (b.size() == 0 || b.contiguous()) return MPI_FLOAT;
+    MPI_Datatype t;
+    MPI_Type_vector(static_cast<int>(b.rows), static_cast<int>(b.cols), static_cast<int>(b.ld), MPI_FLOAT, &t);
+    MPI_Type_commit(&t);
+    return t;
+  }
+  std::vector<Block> send_, recv_;
+  bool gather_;
+  bool pack_send_ = false, unpack_recv_ = false;
+  std::vector<MPI_Datatype> stypes_, rtypes_;
+  std::vector<int> scounts_, rcounts_, sbytes_, rbytes_, sc_, sd_, rc_, rd_;
+  std::vector<float> sstage_, rstage_;
+};
 
 struct Variant {
   std::string name;  // "raw" or a strategy
@@ -177,8 +271,11 @@ int main(int argc, char** argv) {
           std::vector<Strategy> strategies;
           CollectiveOp cop = CollectiveOp::all_gather;
           // Buffers of the raw calls, allocated once.
-          std::vector<float> rin, rout;
+          std::vector<float> rin, rout, stage;
           std::vector<int> sc, sd, rc, rd;
+          std::unique_ptr<RawExchange> ex;  // the hand-written movement of strided pieces
+          const auto off = offsets_of(std::span<const std::int64_t>(lens));
+          const auto um = static_cast<std::size_t>(me);
 
           // (rows, 64) sharded along rows and (64, rows) sharded along its last dim.
           auto s0 = Tensor<float, Sharded<0>>::ones(comm, {rows, width}, m0);
@@ -187,6 +284,15 @@ int main(int argc, char** argv) {
           auto p = Tensor<float, Partial>::ones(comm, shape);
           const std::int64_t local = outer ? s0.size() : s1.size();
           const float* local_data = outer ? s0.data() : s1.data();
+          // Values that differ by rank and position, so that the check below
+          // sees a piece in the wrong place (the timings do not depend on them).
+          const auto fill = [me](auto& t) {
+            for (std::int64_t k = 0; k < t.size(); ++k) t.data()[k] = static_cast<float>((me * 7919 + k) % 4093);
+          };
+          fill(s0), fill(s1), fill(p);
+          // shardex's result of the strided cases, which the hand-written movement must match.
+          std::function<std::vector<float>()> shardex_out;
+          const auto values = [](const auto& t) { return std::vector<float>(t.data(), t.data() + t.size()); };
 
           if (op == "all_gather") {
             cop = CollectiveOp::all_gather;
@@ -194,9 +300,18 @@ int main(int argc, char** argv) {
             rout.assign(static_cast<std::size_t>(rows * width), 0.f);
             rc = counts_of(lens, width);
             rd = displs_of(rc);
-            vs.push_back({"raw", [&] {
+            vs.push_back({outer ? "raw" : "raw_contiguous", [&] {
                             MPI_Allgatherv(local_data, static_cast<int>(local), MPI_FLOAT, rout.data(), rc.data(), rd.data(), MPI_FLOAT, raw);
                           }});
+            if (!outer) {  // column blocks of (64, rows): each rank's piece lands strided
+              std::vector<Block> send, recv;
+              for (std::size_t i = 0; i < lens.size(); ++i) {
+                send.push_back({0, width, lens[um], lens[um]});
+                recv.push_back({off[i], width, lens[i], rows});
+              }
+              ex = std::make_unique<RawExchange>(send, recv, true);
+              shardex_out = [&] { return values(transit<Replicated>(s1, {})); };
+            }
             for (Strategy s : strategies)
               vs.push_back({strategy_name(s), [&, s] {
                               if (outer) (void)transit<Replicated>(s0, {}, s);
@@ -207,7 +322,16 @@ int main(int argc, char** argv) {
             strategies = {Strategy::padded, Strategy::per_root, Strategy::v_collective};
             rc = counts_of(lens, width);
             rout.assign(static_cast<std::size_t>(std::max(rc[static_cast<std::size_t>(me)], 1)), 0.f);
-            vs.push_back({"raw", [&] { MPI_Reduce_scatter(p.data(), rout.data(), rc.data(), MPI_FLOAT, MPI_SUM, raw); }});
+            vs.push_back({outer ? "raw" : "raw_contiguous", [&] { MPI_Reduce_scatter(p.data(), rout.data(), rc.data(), MPI_FLOAT, MPI_SUM, raw); }});
+            if (!outer) {  // pack the column blocks of (64, rows) rank after rank, then reduce-scatter
+              stage.assign(static_cast<std::size_t>(rows * width), 0.f);
+              vs.push_back({"raw_packed", [&] {
+                              for (std::size_t i = 0; i < lens.size(); ++i)
+                                pack(p.data(), {off[i], width, lens[i], rows}, stage.data() + off[i] * width);
+                              MPI_Reduce_scatter(stage.data(), rout.data(), rc.data(), MPI_FLOAT, MPI_SUM, raw);
+                            }});
+              shardex_out = [&] { return values(transit<Sharded<1>>(p, m1)); };
+            }
             for (Strategy s : strategies)
               vs.push_back({strategy_name(s), [&, s] {
                               if (outer) (void)transit<Sharded<0>>(p, m0, s);
@@ -234,10 +358,30 @@ int main(int argc, char** argv) {
             a2a_in = outer ? Tensor<float, Sharded<1>>::ones(comm, {rows, width}, layout_mapping<Sharded<1>>(cols)) : s1;
             rin.assign(static_cast<std::size_t>(std::max(sd.back() + sc.back(), 1)), 1.f);
             rout.assign(static_cast<std::size_t>(std::max(rd.back() + rc.back(), 1)), 0.f);
-            vs.push_back({"raw", [&] {
+            vs.push_back({"raw_contiguous", [&] {
                             MPI_Alltoallv(rin.data(), sc.data(), sd.data(), MPI_FLOAT, rout.data(), rc.data(), rd.data(), MPI_FLOAT, raw);
                           }});
+            // The same movement with its strided side: column blocks received
+            // ("outer") or sent ("inner").
+            const auto coff = offsets_of(std::span<const std::int64_t>(cols));
+            std::vector<Block> send, recv;
+            for (std::size_t i = 0; i < lens.size(); ++i) {
+              const Block rowblock_in{off[i] * cols[um], lens[i], cols[um], cols[um]};
+              if (outer) {
+                send.push_back(rowblock_in);
+                recv.push_back({coff[i], lens[um], cols[i], width});
+              } else {
+                send.push_back({coff[i], lens[um], cols[i], width});
+                recv.push_back(rowblock_in);
+              }
+            }
+            ex = std::make_unique<RawExchange>(send, recv, false);
+            if (outer) fill(a2a_in);
+            local_data = outer ? a2a_in.data() : s0.data();
             const layout_mapping<Sharded<1>> c1(cols);
+            shardex_out = [&, c1] {
+              return outer ? values(transit<Sharded<0>>(a2a_in, m0)) : values(transit<Sharded<1>>(s0, c1));
+            };
             for (Strategy s : strategies)
               vs.push_back({strategy_name(s), [&, s, c1] {
                               if (outer) (void)transit<Sharded<0>>(a2a_in, m0, s);
@@ -265,9 +409,21 @@ int main(int argc, char** argv) {
             sd = displs_of(sc);
             rd = displs_of(rc);
             rout.assign(static_cast<std::size_t>(std::max<std::int64_t>(even[static_cast<std::size_t>(me)] * width, 1)), 0.f);
-            vs.push_back({"raw", [&] {
+            vs.push_back({outer ? "raw" : "raw_contiguous", [&] {
                             MPI_Alltoallv(local_data, sc.data(), sd.data(), MPI_FLOAT, rout.data(), rc.data(), rd.data(), MPI_FLOAT, raw);
                           }});
+            if (!outer) {  // the columns that change owner, strided on both sides
+              std::vector<Block> send, recv;
+              for (int i = 0; i < n; ++i) {
+                const auto ui = static_cast<std::size_t>(i);
+                const std::int64_t slo = std::max(a[um], c[ui]), shi = std::min(a[um + 1], c[ui + 1]);
+                const std::int64_t rlo = std::max(a[ui], c[um]), rhi = std::min(a[ui + 1], c[um + 1]);
+                send.push_back({shi > slo ? slo - a[um] : 0, width, std::max<std::int64_t>(shi - slo, 0), lens[um]});
+                recv.push_back({rhi > rlo ? rlo - c[um] : 0, width, std::max<std::int64_t>(rhi - rlo, 0), even[um]});
+              }
+              ex = std::make_unique<RawExchange>(send, recv, false);
+              shardex_out = [&, e1] { return values(transit<Sharded<1>>(s1, e1)); };
+            }
             for (Strategy s : strategies)
               vs.push_back({strategy_name(s), [&, s, e0, e1] {
                               if (outer) (void)transit<Sharded<0>>(s0, e0, s);
@@ -275,17 +431,64 @@ int main(int argc, char** argv) {
                             }});
           }
           if (vs.empty()) continue;
-          measure(comm, vs, budget_ms);
-          const double raw_us = vs.front().median_us;
-          std::string auto_name = "all_reduce", best = vs.size() > 1 ? vs[1].name : "";
-          double best_us = vs.size() > 1 ? vs[1].median_us : 0, auto_us = best_us;
+          if (ex) {
+            // The output of the hand-written movement; rout keeps the contiguous call's.
+            stage.assign(static_cast<std::size_t>(std::max<std::int64_t>(rows * width, 1)), 0.f);
+            vs.insert(vs.begin() + 1, {{"raw_typed", [&] { ex->typed(local_data, stage.data(), raw); }},
+                                       {"raw_packed", [&] { ex->packed(local_data, stage.data(), raw); }}});
+          }
+          if (shardex_out) {
+            // The hand-written movement must leave what shardex leaves.
+            const auto want = shardex_out();
+            int bad = 0;
+            for (auto& v : vs)
+              if (v.name == "raw_typed" || v.name == "raw_packed") {
+                std::fill(stage.begin(), stage.end(), -1.f);
+                std::fill(rout.begin(), rout.end(), -1.f);
+                v.run();
+                const auto& got = ex ? stage : rout;
+                bad |= got.size() < want.size() || !std::equal(want.begin(), want.end(), got.begin());
+              }
+            MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, raw);
+            if (bad) {
+              if (me == 0) std::cerr << "bench_collectives: the hand-written " << op << " (" << pattern << ", " << dim << ", " << bytes
+                                     << " bytes) does not match shardex's result\n";
+              return 1;
+            }
+          }
+          std::string auto_name = "all_reduce";
           if (!strategies.empty()) {
             const std::int64_t row_bytes = width * 4;  // one index along the sharded dim, either way
-            auto_name = strategy_name(choose_strategy(cop, lens, row_bytes, true));
+            auto_name = strategy_name(choose_strategy(cop, lens, row_bytes, true, outer && op != "all_to_all" ? Pieces::contiguous : Pieces::strided));
           }
-          for (std::size_t i = 1; i < vs.size(); ++i) {
-            if (vs[i].median_us < best_us) best_us = vs[i].median_us, best = vs[i].name;
-            if (vs[i].name == auto_name) auto_us = vs[i].median_us;
+          // automatic's pick once more without the cross-rank agreement
+          // (CheckLevel::local): what the lowering costs apart from the check.
+          for (const auto& v : vs)
+            if (v.name == auto_name) {
+              vs.push_back({"unchecked", [run = v.run] {
+                              set_check_level(CheckLevel::local);
+                              run();
+                              set_check_level(CheckLevel::communicating);
+                            }});
+              break;
+            }
+          measure(comm, vs, budget_ms);
+          // The reference: the raw call for contiguous pieces; for strided ones
+          // the faster hand-written movement (the contiguous call, which leaves
+          // the pieces where they do not belong, is reported as a lower bound).
+          double raw_us = 0;
+          bool have_raw = false;
+          for (const auto& v : vs)
+            if (v.name == "raw" || v.name == "raw_typed" || v.name == "raw_packed")
+              raw_us = have_raw ? std::min(raw_us, v.median_us) : v.median_us, have_raw = true;
+          if (vs.front().name != "raw") vs.insert(vs.begin(), Variant{"raw", {}, raw_us});
+          const auto is_raw = [](const Variant& v) { return v.name.rfind("raw", 0) == 0 || v.name == "unchecked"; };
+          std::string best;
+          double best_us = 0, auto_us = 0;
+          for (const auto& v : vs) {
+            if (is_raw(v)) continue;
+            if (best.empty() || v.median_us < best_us) best_us = v.median_us, best = v.name;
+            if (v.name == auto_name) auto_us = v.median_us;
           }
           if (me == 0) {
             for (const auto& v : vs)

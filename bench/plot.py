@@ -4,7 +4,9 @@
 usage: bench/plot.py [-o OUT.png] [--pattern PATTERN] [--dim DIM] FILE...
 
 One subplot per (ranks, op): time (us, log) against message size (bytes,
-log2) for the raw MPI call (black, thick), shardex with the strategy that
+log2) for the raw MPI call making the same movement (black, thick; for
+strided pieces the faster of the hand-written ways, with the contiguous call
+that leaves them in the wrong place as a thin grey lower bound), shardex with the strategy that
 `auto` names at each size ("shardex (automatic)"), and each other strategy
 (thin, dashed). Only rows with the given pattern and dim are drawn. Lines not
 starting with '{' and rows whose "bench" is not "collectives" are ignored.
@@ -93,6 +95,10 @@ def main():
                 ax.plot(xs, [data["raw"][x] for x in xs], color="black", lw=2.5,
                         marker="o", ms=3, label="raw MPI", zorder=3)
                 sizes.update(xs)
+            if "raw_contiguous" in data:
+                xs = sorted(data["raw_contiguous"])
+                ax.plot(xs, [data["raw_contiguous"][x] for x in xs], color="grey", lw=1,
+                        label="contiguous call (bound)", zorder=3)
             chosen = auto.get((nr, op), {})
             xs = sorted(x for x, v in chosen.items() if x in data.get(v, {}))
             if xs:
@@ -100,7 +106,7 @@ def main():
                         marker="o", ms=3, label="shardex (automatic)", zorder=4)
                 sizes.update(xs)
             others = [v for v in STRATEGIES if v in data] + \
-                     sorted(set(data) - set(STRATEGIES) - {"raw"})
+                     sorted(v for v in set(data) - set(STRATEGIES) if not v.startswith("raw") and v != "unchecked")
             for v in others:
                 vx = sorted(data[v])
                 ax.plot(vx, [data[v][x] for x in vx], lw=0.9, ls="--",

@@ -161,8 +161,9 @@ std::string line(const std::string& op, const std::string& from, const std::stri
   return op + " " + from + " -> " + to + "  [" + strategy + ", " + std::to_string(bytes) + " B]\n";
 }
 /// What automatic resolves to on MPI for `op` over `lens` (indices of `row_bytes` each).
-std::string picked(CollectiveOp op, const std::vector<std::int64_t>& lens, std::int64_t row_bytes) {
-  return strategy_name(choose_strategy(op, lens, row_bytes, true));
+std::string picked(CollectiveOp op, const std::vector<std::int64_t>& lens, std::int64_t row_bytes,
+                   Pieces pieces = Pieces::contiguous) {
+  return strategy_name(choose_strategy(op, lens, row_bytes, true, pieces));
 }
 std::string local_line(const std::string& op, const std::string& from, const std::string& to) {
   return op + " " + from + " -> " + to + "  [local]\n";
@@ -387,7 +388,7 @@ TEST_CASE_TEMPLATE("explain: a single step as written has no simplification line
   CHECK(explain(all_reduce<Invariant>(p)).str() == line("all_reduce", "P(sum)", "I", "all_reduce", whole));
   CHECK(explain(slice<Sharded<0>>(rr, a)).str() == local_line("slice", "R", sh(0, a)));
   CHECK(explain(dynamic_slice<Sharded<1>>(i, a)).str() == local_line("slice", "I", sh(1, a)));
-  CHECK(explain(all_to_all<Sharded<1>>(s, b)).str() == line("all_to_all", sh(0, a), sh(1, b), picked(CollectiveOp::all_to_all, b, rows * elem), mine));
+  CHECK(explain(all_to_all<Sharded<1>>(s, b)).str() == line("all_to_all", sh(0, a), sh(1, b), picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided), mine));
   CHECK(explain(replicate(i)).str() == local_line("replicate", "I", "R"));
   CHECK(explain(zero_pad(s)).str() == local_line("zero_pad", sh(0, a), "P(sum)"));
   // redistribute<To> asks the planner for the route: no line either.
@@ -437,7 +438,7 @@ TEST_CASE_TEMPLATE("explain: the resolved strategy and the bytes this rank contr
       // all_reduce: the whole tensor, one lowering.
       {step(all_reduce(p)), "all_reduce", rows * cols * elem},
       // all_to_all S(0)[a] -> S(1)[b]: my local part; padded: n slots of max(a) x max(b).
-      {step(all_to_all<Sharded<1>>(s, b)), picked(CollectiveOp::all_to_all, b, rows * elem), at(a, r) * cols * elem},
+      {step(all_to_all<Sharded<1>>(s, b)), picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided), at(a, r) * cols * elem},
       {step(all_to_all<Sharded<1>>(s, b, Strategy::send_recv)), "send_recv", at(a, r) * cols * elem},
       {step(all_to_all<Sharded<1>>(s, b, Strategy::padded)), "padded", n * max_len(a) * max_len(b) * elem},
       // A reshard puts my rows into the exchange.

@@ -110,6 +110,24 @@ TEST_CASE("the cost model picks v collectives on MPI, and without them an equal-
   CHECK(choose_strategy(CollectiveOp::all_to_all, skewed, 1 << 20, false) == Strategy::send_recv);
   // Tiny messages: latency dominates -> one padded call.
   CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 4, false) == Strategy::padded);
+  // Strided pieces (an inner sharded dim) on MPI: small all_gathers as one
+  // broadcast per root (on 2 ranks, smaller still, padded), large ones as the
+  // v collective's datatypes; all_to_all as send/receive up to 256 KiB.
+  const std::vector<std::int64_t> pair{100, 28};
+  CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 64, true, Pieces::strided) == Strategy::per_root);
+  CHECK(choose_strategy(CollectiveOp::all_gather, pair, 64, true, Pieces::strided) == Strategy::padded);
+  CHECK(choose_strategy(CollectiveOp::all_gather, pair, 256, true, Pieces::strided) == Strategy::per_root);
+  CHECK(choose_strategy(CollectiveOp::all_gather, pair, 256, true) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 16 << 10, true, Pieces::strided) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::all_gather, uneven, 16 << 10, true) == Strategy::per_root);
+  CHECK(choose_strategy(CollectiveOp::all_to_all, uneven, 25 << 10, true, Pieces::strided) == Strategy::send_recv);
+  CHECK(choose_strategy(CollectiveOp::all_to_all, uneven, 100 << 10, true, Pieces::strided) == Strategy::v_collective);
+  CHECK(choose_strategy(CollectiveOp::reshard, uneven, 25 << 10, true) == Strategy::v_collective);
+  CHECK(pieces_along(Shape{4, 6}, 0) == Pieces::contiguous);
+  CHECK(pieces_along(Shape{4, 6}, 1) == Pieces::strided);
+  CHECK(pieces_along(Shape{1, 6}, 1) == Pieces::contiguous);
+  CHECK(pieces_along(Shape{1, 1, 6}, 2) == Pieces::contiguous);
+  CHECK(pieces_along(Shape{2, 1, 6}, 2) == Pieces::strided);
   CHECK_THROWS_AS(resolve_strategy(Strategy::per_root, CollectiveOp::all_to_all, uneven, 4, true), invalid_argument);
   CHECK_THROWS_AS(resolve_strategy(Strategy::v_collective, CollectiveOp::all_gather, uneven, 4, false), invalid_argument);
 }

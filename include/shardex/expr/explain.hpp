@@ -71,17 +71,18 @@ PlanStep describe_step(const Shape& g, const layout_mapping<From>& fm, const lay
   const auto us = [](int i) { return static_cast<std::size_t>(i); };
   if constexpr (std::string_view(Entry::name) == "all_gather") {
     const auto ls = fm.lengths();
-    const Strategy r = resolve_strategy(s, CollectiveOp::all_gather, ls, row(From::dim), has_v);
+    const Strategy r = resolve_strategy(s, CollectiveOp::all_gather, ls, row(From::dim), has_v, pieces_along(g, From::dim));
     step.strategy = strategy_name(r);
     step.bytes = (r == Strategy::padded ? max_of(ls) : ls[us(me)]) * row(From::dim);
   } else if constexpr (std::string_view(Entry::name) == "reduce_scatter") {
     const auto ls = tm.lengths();
-    const Strategy r = resolve_strategy(s, CollectiveOp::reduce_scatter, ls, row(To::dim), has_v);
+    const Strategy r = resolve_strategy(s, CollectiveOp::reduce_scatter, ls, row(To::dim), has_v, pieces_along(g, To::dim));
     step.strategy = strategy_name(r);
     step.bytes = r == Strategy::padded ? n * max_of(ls) * row(To::dim) : g.numel() * elem;
   } else if constexpr (std::string_view(Entry::name) == "all_to_all") {
     const auto lc = fm.lengths(), ls = tm.lengths();
-    const Strategy r = resolve_strategy(s, CollectiveOp::all_to_all, ls, row(To::dim), has_v);
+    const Strategy r = resolve_strategy(s, CollectiveOp::all_to_all, ls, row(To::dim), has_v,
+                                        pieces_along(g, std::max(From::dim, To::dim)));
     step.strategy = strategy_name(r);
     std::int64_t rest = 1;
     for (int d = 0; d < g.rank(); ++d)
@@ -93,7 +94,7 @@ PlanStep describe_step(const Shape& g, const layout_mapping<From>& fm, const lay
       step.op = "identity";
       return step;
     }
-    const Strategy r = resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), row(To::dim), has_v);
+    const Strategy r = resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), row(To::dim), has_v, pieces_along(g, To::dim));
     step.strategy = strategy_name(r);
     step.bytes = fm.lengths()[us(me)] * row(From::dim);
   } else if constexpr (std::string_view(Entry::name) == "all_reduce") {

@@ -14,7 +14,8 @@
 /// `reshard` (new lengths along the same dim) takes `v_collective` or `send_recv`.
 ///
 /// `per_root` is the reference module's `*_by_group_call`. `automatic` asks the
-/// cost model (`choose_strategy`).
+/// cost model (`choose_strategy`), which knows whether the pieces are
+/// contiguous or strided (`Pieces`).
 
 #include <cstdint>
 #include <span>
@@ -22,6 +23,7 @@
 #include <type_traits>
 
 #include "shardex/core/error.hpp"
+#include "shardex/core/shape.hpp"
 #include "shardex/layout/lengths.hpp"
 
 namespace shardex {
@@ -77,6 +79,20 @@ constexpr const char* op_name(CollectiveOp op) {
   return "?";
 }
 
+/// How the pieces a collective moves lie in memory: `contiguous` when the
+/// sharded dim is the outermost one with more than one index (each rank's
+/// piece is one run), `strided` otherwise (rows of a column block: MPI moves
+/// them as derived datatypes, or they are packed). The cost of a lowering
+/// differs between the two, so the cost model takes it.
+enum class Pieces { contiguous, strided };
+
+/// The pieces of a tensor of global shape `g` cut along `dim`: strided when a
+/// dim before it has more than one index. (Decided on the global shape, so
+/// that every rank decides alike: a rank's local shape can hold one row.)
+inline Pieces pieces_along(const Shape& g, int dim) {
+  return dim < g.rank() && g.outer(dim) > 1 ? Pieces::strided : Pieces::contiguous;
+}
+
 constexpr bool supports(CollectiveOp op, Strategy s) {
   const bool exchange = op == CollectiveOp::all_to_all || op == CollectiveOp::reshard;
   if (s == Strategy::automatic || s == Strategy::v_collective) return true;
@@ -102,9 +118,19 @@ struct CostModel {
   /// (1.2-1.6x on 4 ranks up to 1 MiB); with 2 ranks they tie.
   std::int64_t mpi_rooted_all_gather_max_bytes = std::int64_t(1) << 20;
   int mpi_rooted_max_ranks = 8;
-  /// Up to this many bytes an all_to_all or reshard is faster as grouped
-  /// send/receive than as MPI_Alltoallv (1.02-1.10x).
-  std::int64_t mpi_send_recv_max_bytes = std::int64_t(64) << 10;
+  /// Up to this many bytes an all_to_all is faster as grouped send/receive
+  /// than as MPI_Alltoallv/Alltoallw (1.02-1.10x; they tie at 256 KiB and the
+  /// v collective wins from 1 MiB)...
+  std::int64_t mpi_all_to_all_send_recv_max_bytes = std::int64_t(256) << 10;
+  /// ... and a reshard up to this many.
+  std::int64_t mpi_reshard_send_recv_max_bytes = std::int64_t(64) << 10;
+  /// Strided pieces: up to this many bytes an all_gather is faster as one
+  /// broadcast per root than as MPI_Alltoallw of vector datatypes, whose
+  /// set-up costs more than it saves at this size (1.1-1.3x on 2 and 4 ranks)...
+  std::int64_t mpi_rooted_strided_all_gather_max_bytes = std::int64_t(64) << 10;
+  /// ... and up to this many on 2 ranks, padded (MPI_Allgather of the longest
+  /// piece, one unpack) is faster still (1.05-1.5x at 4-16 KiB).
+  std::int64_t mpi_padded_strided_all_gather_max_bytes = std::int64_t(16) << 10;
 };
 
 /// Picks the strategy for `op` moving `lens[i] * row_bytes` bytes from or to
@@ -115,7 +141,7 @@ struct CostModel {
 /// ordinary equal-count collective, and uneven ones the cheaper of padding
 /// waste and per-root latency under the alpha-beta model.
 inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> lens, std::int64_t row_bytes,
-                                bool backend_has_v, CostModel model = {}) {
+                                bool backend_has_v, Pieces pieces = Pieces::contiguous, CostModel model = {}) {
   const auto n = static_cast<std::int64_t>(lens.size());
   const std::int64_t mx = max_of(lens);
   std::int64_t sum = 0, nonzero = 0;
@@ -127,13 +153,19 @@ inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> l
     const std::int64_t total = sum * row_bytes;
     switch (op) {
       case CollectiveOp::all_gather:
+        if (pieces == Pieces::strided) {
+          if (n == 2 && total <= model.mpi_padded_strided_all_gather_max_bytes) return Strategy::padded;
+          return n <= model.mpi_rooted_max_ranks && total <= model.mpi_rooted_strided_all_gather_max_bytes ? Strategy::per_root
+                                                                                                           : Strategy::v_collective;
+        }
         return n > 2 && n <= model.mpi_rooted_max_ranks && total <= model.mpi_rooted_all_gather_max_bytes ? Strategy::per_root
                                                                                                            : Strategy::v_collective;
       case CollectiveOp::reduce_scatter:
         return total > model.mpi_reduce_scatter_max_bytes ? Strategy::per_root : Strategy::v_collective;
       case CollectiveOp::all_to_all:
+        return total <= model.mpi_all_to_all_send_recv_max_bytes ? Strategy::send_recv : Strategy::v_collective;
       case CollectiveOp::reshard:
-        return total <= model.mpi_send_recv_max_bytes ? Strategy::send_recv : Strategy::v_collective;
+        return total <= model.mpi_reshard_send_recv_max_bytes ? Strategy::send_recv : Strategy::v_collective;
     }
   }
   if (op == CollectiveOp::reshard) return Strategy::send_recv;
@@ -147,14 +179,14 @@ inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> l
 /// `s`, resolved and checked for `op`: throws invalid_argument naming both if
 /// the operation has no such lowering.
 inline Strategy resolve_strategy(Strategy s, CollectiveOp op, std::span<const std::int64_t> lens, std::int64_t row_bytes,
-                                 bool backend_has_v) {
+                                 bool backend_has_v, Pieces pieces = Pieces::contiguous) {
   if (!supports(op, s))
     throw invalid_argument(std::string("shardex::") + op_name(op) + ": strategy " + strategy_name(s) +
                            " does not apply to this operation");
   if (s == Strategy::v_collective && !backend_has_v)
     throw invalid_argument(std::string("shardex::") + op_name(op) +
                            ": strategy v_collective needs a backend with v collectives (MPI); this backend has none");
-  return s == Strategy::automatic ? choose_strategy(op, lens, row_bytes, backend_has_v) : s;
+  return s == Strategy::automatic ? choose_strategy(op, lens, row_bytes, backend_has_v, pieces) : s;
 }
 
 }  // namespace shardex

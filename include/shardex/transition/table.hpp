@@ -69,7 +69,7 @@ std::int64_t adjoint_signature(const Shape& shape, const layout_mapping<From>& f
 template <LayoutTag To, class X>
 Strategy prepare(const char* name, bool communicates, const X& x, const layout_mapping<To>& to, Strategy s = Strategy::automatic,
                  std::optional<CollectiveOp> op = std::nullopt, std::int64_t row_bytes = 0,
-                 std::span<const std::int64_t> lens = {}) {
+                 std::span<const std::int64_t> lens = {}, Pieces pieces = Pieces::contiguous) {
   // The call's text is built only for an error message.
   const auto call = [&] { return describe_call<To>(name, x, to); };
   std::string err;
@@ -77,7 +77,7 @@ Strategy prepare(const char* name, bool communicates, const X& x, const layout_m
   if constexpr (is_sharded_v<To>) err = mapping_problem<To>(to, x.shape(), x.world_size());
   if (err.empty() && op) {
     try {
-      resolved = resolve_strategy(s, *op, lens, row_bytes, X::communicator_type::has_v_collectives);
+      resolved = resolve_strategy(s, *op, lens, row_bytes, X::communicator_type::has_v_collectives, pieces);
     } catch (const invalid_argument& e) {
       err = e.what();
     }
@@ -120,7 +120,8 @@ struct transition<Sharded<D, Ls>, To> {
 
   template <class T, class Dev>
   static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s) {
-    s = detail::prepare<To>(name, true, x, to, s, CollectiveOp::all_gather, detail::row_bytes(x, D), x.lengths());
+    s = detail::prepare<To>(name, true, x, to, s, CollectiveOp::all_gather, detail::row_bytes(x, D), x.lengths(),
+                            pieces_along(x.shape(), D));
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());  // every row is received
     lower::all_gather<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
     return out;
@@ -138,7 +139,7 @@ struct transition<Partial, Sharded<D, Ls>> {
   static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to,
                                               Strategy s) {
     s = detail::prepare<Sharded<D, Ls>>(name, true, x, to, s, CollectiveOp::reduce_scatter, detail::row_bytes(x, D),
-                                        to.lengths());
+                                        to.lengths(), pieces_along(x.shape(), D));
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // written whole by the reduction
     lower::reduce_scatter<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
     return out;
@@ -209,7 +210,8 @@ struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
   template <class T, class Dev>
   static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x, const layout_mapping<Sharded<S, Ls>>& to,
                                               Strategy s) {
-    s = detail::prepare<Sharded<S, Ls>>(name, true, x, to, s, CollectiveOp::all_to_all, detail::row_bytes(x, S), to.lengths());
+    s = detail::prepare<Sharded<S, Ls>>(name, true, x, to, s, CollectiveOp::all_to_all, detail::row_bytes(x, S), to.lengths(),
+                                        pieces_along(x.shape(), std::max(C, S)));
     auto out = Tensor<T, Sharded<S, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // every piece is received
     lower::all_to_all<Dev>(s, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S, x.lengths(),
                            to.lengths());
@@ -245,7 +247,8 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
     } else {
       // Agree first: a rank whose lengths already match must not return while
       // a peer (with other lengths, a bug to report) waits in the exchange.
-      s = detail::prepare<Sharded<D, Lb>>(name, true, x, to, s, CollectiveOp::reshard, detail::row_bytes(x, D), to.lengths());
+      s = detail::prepare<Sharded<D, Lb>>(name, true, x, to, s, CollectiveOp::reshard, detail::row_bytes(x, D), to.lengths(),
+                                          pieces_along(x.shape(), D));
       if (std::ranges::equal(x.lengths(), to.lengths())) return x.template relabel<Sharded<D, Lb>>(to);
       auto out = Tensor<T, Sharded<D, Lb>, Dev>::empty(x.comm(), x.shape(), to);  // every new row arrives
       lower::reshard<Dev>(s, x.comm(), x.data(), out.data(), x.shape(), D, x.lengths(), to.lengths());
