@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "shardex/core/counters.hpp"
+#include "shardex/core/watchdog.hpp"
 
 #include "shardex/backend/mpi/environment.hpp"
 
@@ -47,6 +48,10 @@ MPI_Datatype mpi_type(Dtype t) {
 
 struct Communicator::Handle {
   MPI_Comm comm = MPI_COMM_NULL;
+  /// The watchdog's deadline for this communicator's calls, and how its
+  /// message names the communicator.
+  std::chrono::milliseconds timeout = watchdog::default_timeout();
+  std::string where = "a communicator";
   explicit Handle(MPI_Comm c) : comm(c) {}
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -60,6 +65,23 @@ Communicator::Communicator(std::shared_ptr<Handle> h) : handle_(std::move(h)) {
   check(MPI_Comm_set_errhandler(handle_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(handle_->comm, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(handle_->comm, &size_), "MPI_Comm_size");
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  handle_->where = "a communicator of " + std::to_string(size_) + (size_ == 1 ? " rank" : " ranks") + " (rank " +
+                   std::to_string(rank_) + " there, " + std::to_string(world) + " in MPI_COMM_WORLD)";
+}
+
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  if (!handle_) throw error("Communicator::set_timeout: the communicator is empty (default-constructed); use Communicator::world()");
+  if (timeout.count() <= 0)
+    throw invalid_argument("Communicator::set_timeout: the deadline must be positive, got " + std::to_string(timeout.count()) + " ms");
+  handle_->timeout = timeout;
+}
+
+const char* Communicator::description() const noexcept { return handle_ ? handle_->where.c_str() : "an empty communicator"; }
+
+std::chrono::milliseconds Communicator::timeout() const noexcept {
+  return handle_ ? handle_->timeout : watchdog::default_timeout();
 }
 
 Communicator Communicator::duplicate(MPI_Comm comm) {
@@ -75,6 +97,13 @@ Communicator Communicator::world() { return duplicate(MPI_COMM_WORLD); }
 MPI_Comm Communicator::native() const noexcept { return handle_ ? handle_->comm : MPI_COMM_NULL; }
 
 namespace {
+/// One blocking MPI call: timed (counters) and watched (the watchdog).
+struct Watched {
+  detail::BackendTimer timer;
+  watchdog::Armed armed;
+  Watched(const Communicator& c, const char* call) noexcept : armed(call, c.description(), c.timeout()) {}
+};
+
 MPI_Comm need(MPI_Comm c, const char* what) {
   if (c == MPI_COMM_NULL)
     throw error(std::string(what) + ": the communicator is empty (default-constructed); use Communicator::world()");
@@ -95,19 +124,22 @@ Communicator Communicator::split_node_local() const {
   return Communicator(std::make_shared<Handle>(out));
 }
 
-void Communicator::barrier() const { check(MPI_Barrier(need(native(), "MPI_Barrier")), "MPI_Barrier"); }
+void Communicator::barrier() const {
+  const Watched w(*this, "MPI_Barrier");
+  check(MPI_Barrier(need(native(), "MPI_Barrier")), "MPI_Barrier");
+}
 
 void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allgather");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Allgather");
   check(MPI_Allgather(send, n, t, recv, n, t, need(native(), "MPI_Allgather")), "MPI_Allgather");
 }
 
 void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Reduce_scatter_block");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Reduce_scatter_block");
   check(MPI_Reduce_scatter_block(send, recv, n, t, MPI_SUM, need(native(), "MPI_Reduce_scatter_block")),
         "MPI_Reduce_scatter_block");
 }
@@ -115,20 +147,20 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
 void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allreduce");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Allreduce");
   check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, MPI_SUM, need(native(), "MPI_Allreduce")), "MPI_Allreduce");
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Alltoall");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Alltoall");
   check(MPI_Alltoall(send, n, t, recv, n, t, need(native(), "MPI_Alltoall")), "MPI_Alltoall");
 }
 
 void Communicator::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) const {
   const MPI_Datatype t = mpi_type(dt);
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Bcast");
   check(MPI_Bcast(buf, to_count(count, "MPI_Bcast"), t, root, need(native(), "MPI_Bcast")), "MPI_Bcast");
 }
 
@@ -137,7 +169,7 @@ void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* 
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Allgatherv");
   const auto d = to_counts(displs, "MPI_Allgatherv");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Allgatherv");
   check(MPI_Allgatherv(send, to_count(count, "MPI_Allgatherv"), t, recv, c.data(), d.data(), t,
                        need(native(), "MPI_Allgatherv")),
         "MPI_Allgatherv");
@@ -193,7 +225,7 @@ void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> 
                                        Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const BlockTypes s(to, t, "MPI_Alltoallw"), r(from, t, "MPI_Alltoallw");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Alltoallw");
   check(MPI_Alltoallw(send, s.counts.data(), s.displs.data(), s.types.data(), recv, r.counts.data(), r.displs.data(),
                       r.types.data(), need(native(), "MPI_Alltoallw")),
         "MPI_Alltoallw");
@@ -203,7 +235,7 @@ void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<
                                         Dtype dt) const {
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Reduce_scatter");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Reduce_scatter");
   check(MPI_Reduce_scatter(send, recv, c.data(), t, MPI_SUM, need(native(), "MPI_Reduce_scatter")), "MPI_Reduce_scatter");
 }
 
@@ -216,13 +248,13 @@ void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64
   const auto sd = to_counts(send_displs, "MPI_Alltoallv");
   const auto rc = to_counts(recv_counts, "MPI_Alltoallv");
   const auto rd = to_counts(recv_displs, "MPI_Alltoallv");
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Alltoallv");
   check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, need(native(), "MPI_Alltoallv")),
         "MPI_Alltoallv");
 }
 
 void Communicator::all_reduce_min(std::int64_t* buf, int count) const {
-  detail::BackendTimer timer;
+  const Watched timer(*this, "MPI_Allreduce (the cross-rank agreement before a collective)");
   check(MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_INT64_T, MPI_MIN, need(native(), "MPI_Allreduce(min)")),
         "MPI_Allreduce(min)");
 }
@@ -239,7 +271,13 @@ Group::~Group() {
   // Requests still in flight reference user buffers: complete them before the
   // buffers can go away. Errors cannot be reported from a destructor.
   auto& rs = state_->requests;
-  if (!rs.empty()) MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
+  if (rs.empty()) return;
+  // (Here after a failed check part-way through the group, usually.) Watched:
+  // a peer that never posts its side ends the job at the deadline instead of
+  // leaving this rank waiting forever.
+  const watchdog::Armed armed("MPI_Waitall (a grouped send/receive left by an error)", "the group's communicator",
+                              comm_ ? comm_->timeout() : watchdog::default_timeout());
+  MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
 }
 
 void Group::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) {
@@ -274,7 +312,7 @@ void Group::recv_raw(void* buf, std::int64_t count, Dtype dt, int peer) {
 void Group::end() {
   std::vector<MPI_Request> rs;
   rs.swap(state_->requests);
-  detail::BackendTimer timer;
+  const Watched timer(*comm_, "MPI_Waitall (the end of a grouped send/receive, broadcast or reduce)");
   if (!rs.empty())
     check(MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (group end)");
 }

@@ -1,7 +1,11 @@
 // RAII MPI initialization: see include/shardex/backend/mpi/environment.hpp.
 #include "shardex/backend/mpi/environment.hpp"
 
+#include <cstdio>
+#include <exception>
+
 #include "shardex/backend/mpi/communicator.hpp"
+#include "shardex/core/watchdog.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 
 namespace shardex::mpi {
@@ -33,7 +37,25 @@ Environment::Environment() {
 Environment::~Environment() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_ && !finalized) MPI_Finalize();  // never throws: errors at exit are ignored
+  if (!owns_ || finalized) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Leaving by an exception: the peers may be inside a collective this rank
+    // will never join, and MPI_Finalize would wait for them forever.
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr,
+                 "[shardex] rank %d: shardex::mpi::Environment is destroyed while an exception propagates; aborting the "
+                 "job (MPI_Abort) instead of waiting in MPI_Finalize for peers that may be inside a collective\n",
+                 rank);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  // A rank that returns from main while its peers still wait in a collective
+  // (or never reach MPI_Finalize) would wait here forever: watched.
+  const watchdog::Armed armed("MPI_Finalize (shardex::mpi::Environment's destructor)",
+                              "MPI_COMM_WORLD (its peers are still inside a collective, or do not finalize)",
+                              watchdog::default_timeout());
+  MPI_Finalize();  // never throws: errors at exit are ignored
 }
 
 bool Environment::active() noexcept {

@@ -11,6 +11,7 @@
 
 #include "shardex/backend/mpi/communicator.hpp"
 #include "shardex/backend/mpi/environment.hpp"
+#include "shardex/core/watchdog.hpp"
 
 #if SHARDEX_WITH_MPI
 #error "serial_communicator.cpp is the build without MPI; src/meson.build compiles mpi_communicator.cpp instead"
@@ -59,9 +60,12 @@ void copy(const void* from, void* to, std::int64_t n, Dtype t) {
 
 }  // namespace
 
-/// A one-rank communicator has no state; the handle only tells a live
+/// A one-rank communicator has no state but its deadline (kept for the API:
+/// a one-rank call never waits for a peer); the handle tells a live
 /// communicator (world(), split()) from an empty, default-constructed one.
-struct Communicator::Handle {};
+struct Communicator::Handle {
+  std::chrono::milliseconds timeout = watchdog::default_timeout();
+};
 
 Communicator::Communicator(std::shared_ptr<Handle> h) : handle_(std::move(h)) {}
 
@@ -91,6 +95,21 @@ Communicator Communicator::split_node_local() const {
 }
 
 void Communicator::barrier() const { need(handle_.get(), "barrier"); }
+
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  need(handle_.get(), "Communicator::set_timeout");
+  if (timeout.count() <= 0)
+    throw invalid_argument("Communicator::set_timeout: the deadline must be positive, got " + std::to_string(timeout.count()) + " ms");
+  handle_->timeout = timeout;
+}
+
+std::chrono::milliseconds Communicator::timeout() const noexcept {
+  return handle_ ? handle_->timeout : watchdog::default_timeout();
+}
+
+const char* Communicator::description() const noexcept {
+  return handle_ ? "the one-rank world (a build without MPI)" : "an empty communicator";
+}
 
 void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
   need(handle_.get(), "all_gather");

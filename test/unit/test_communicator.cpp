@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <shardex.hpp>
+#include <thread>
+
+#include "shardex/core/watchdog.hpp"
 
 #include "support/dist.hpp"
 
@@ -167,3 +170,37 @@ TEST_CASE("without MPI, a group's sends to rank 0 reach its receives from rank 0
   }
 }
 #endif
+
+TEST_CASE("the watchdog's deadline: per communicator handle, shared by its copies, positive, SHARDEX_TIMEOUT by default") {
+  auto c = world().split(0, world().rank());
+  CHECK(c.timeout() == watchdog::default_timeout());
+  CHECK(c.timeout().count() > 0);
+  CHECK(std::string(c.description()).find("communicator") != std::string::npos);
+  const auto copy = c;
+  c.set_timeout(std::chrono::milliseconds(1500));
+  CHECK(copy.timeout() == std::chrono::milliseconds(1500));
+  CHECK(world().timeout() == watchdog::default_timeout());
+  CHECK_THROWS_AS(c.set_timeout(std::chrono::milliseconds(0)), invalid_argument);
+  CHECK_THROWS_AS(c.set_timeout(std::chrono::milliseconds(-5)), invalid_argument);
+  CHECK_THROWS_AS(mpi::Communicator().set_timeout(std::chrono::seconds(1)), error);
+  CHECK(std::string(mpi::Communicator().description()) == "an empty communicator");
+}
+
+TEST_CASE("calls under a short deadline that return in time are not ended, nested or not") {
+  auto c = world().split(0, world().rank());
+  c.set_timeout(std::chrono::milliseconds(300));
+  {
+    // An outer deadline far away, inner calls under 300 ms: the inner scope's
+    // end restores the outer deadline instead of disarming.
+    const watchdog::Armed outer("an outer call", "the test", std::chrono::seconds(30));
+    for (int i = 0; i < 50; ++i) {
+      c.barrier();
+      std::vector<double> v(4, 1.0);
+      c.all_reduce(v.data(), 4);
+      CHECK(v[0] == double(c.size()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the inner deadline, still inside the outer one
+  }
+  c.barrier();
+  CHECK(c.timeout() == std::chrono::milliseconds(300));
+}

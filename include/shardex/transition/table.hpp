@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "shardex/core/watchdog.hpp"
 #include "shardex/lower/all_gather.hpp"
 #include "shardex/lower/all_to_all.hpp"
 #include "shardex/lower/reduce_scatter.hpp"
@@ -38,6 +39,13 @@ std::string describe_call(const char* name, const X& x, const layout_mapping<To>
                   std::to_string(x.world_size()) + ": input " + x.describe() + " -> " + layout_name<To>();
   if constexpr (is_sharded_v<To>) s += " with lengths " + to_string(to.lengths());
   return s;
+}
+
+/// Names the call for the watchdog while the transition runs (its agreement
+/// and its collectives): the text is built only if the watchdog fires.
+template <LayoutTag To, class X>
+auto watch_scope(const char* name, const X& x, const layout_mapping<To>& to) {
+  return watchdog::Scope([name, &x, &to] { return describe_call<To>(name, x, to); });
 }
 
 /// layout_name<L>(), made once per layout type (it is hashed on every call).
@@ -120,6 +128,7 @@ struct transition<Sharded<D, Ls>, To> {
 
   template <class T, class Dev>
   static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s) {
+    const auto watched = detail::watch_scope<To>(name, x, to);
     s = detail::prepare<To>(name, true, x, to, s, CollectiveOp::all_gather, detail::row_bytes(x, D), x.lengths(),
                             pieces_along(x.shape(), D));
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());  // every row is received
@@ -138,6 +147,7 @@ struct transition<Partial, Sharded<D, Ls>> {
   template <class T, class Dev>
   static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to,
                                               Strategy s) {
+    const auto watched = detail::watch_scope<Sharded<D, Ls>>(name, x, to);
     s = detail::prepare<Sharded<D, Ls>>(name, true, x, to, s, CollectiveOp::reduce_scatter, detail::row_bytes(x, D),
                                         to.lengths(), pieces_along(x.shape(), D));
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // written whole by the reduction
@@ -156,6 +166,7 @@ struct transition<Partial, To> {
   template <class T, class Dev>
   static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s) {
     (void)s;  // one lowering: the backend's all-reduce
+    const auto watched = detail::watch_scope<To>(name, x, to);
     detail::prepare<To>(name, true, x, to);
     // Out of place, straight into the result: no copy of x first.
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());
@@ -210,6 +221,7 @@ struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
   template <class T, class Dev>
   static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x, const layout_mapping<Sharded<S, Ls>>& to,
                                               Strategy s) {
+    const auto watched = detail::watch_scope<Sharded<S, Ls>>(name, x, to);
     s = detail::prepare<Sharded<S, Ls>>(name, true, x, to, s, CollectiveOp::all_to_all, detail::row_bytes(x, S), to.lengths(),
                                         pieces_along(x.shape(), std::max(C, S)));
     auto out = Tensor<T, Sharded<S, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // every piece is received
@@ -247,6 +259,7 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
     } else {
       // Agree first: a rank whose lengths already match must not return while
       // a peer (with other lengths, a bug to report) waits in the exchange.
+      const auto watched = detail::watch_scope<Sharded<D, Lb>>(name, x, to);
       s = detail::prepare<Sharded<D, Lb>>(name, true, x, to, s, CollectiveOp::reshard, detail::row_bytes(x, D), to.lengths(),
                                           pieces_along(x.shape(), D));
       if (std::ranges::equal(x.lengths(), to.lengths())) return x.template relabel<Sharded<D, Lb>>(to);

@@ -31,6 +31,7 @@
 #include <mpi.h>
 #endif
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -123,6 +124,16 @@ public:
 #if SHARDEX_WITH_MPI
   [[nodiscard]] MPI_Comm native() const noexcept;
 #endif
+  /// The watchdog's deadline for this communicator's blocking calls (and
+  /// the agreement before each collective): a call still waiting after it
+  /// ends the process with a message naming the call (core/watchdog.hpp).
+  /// Starts at SHARDEX_TIMEOUT seconds, else 300 s; shared by the copies of
+  /// this handle, not by communicators split from it. Throws for a
+  /// non-positive value.
+  void set_timeout(std::chrono::milliseconds timeout);
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept;
+  /// How the watchdog names this communicator ("a communicator of 4 ranks (rank 1 there, 1 in MPI_COMM_WORLD)").
+  [[nodiscard]] const char* description() const noexcept;
   /// Sub-communicator of the ranks passing the same `color`, ordered by `key`.
   [[nodiscard]] Communicator split(int color, int key) const;
   /// Ranks of this communicator on the same node (shared memory).

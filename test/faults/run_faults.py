@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The faults suite: runs each case of fault_cases.cpp under mpirun with a
+short watchdog deadline and checks that the job ends with a non-zero exit and
+a clear message within the deadline plus 5 s, instead of hanging.
+
+    run_faults.py FAULT_CASES_EXE MPIRUN [MPIRUN_ARGS...]
+
+Environment: SHARDEX_FAULT_TIMEOUT (the deadline in seconds, default 4),
+SHARDEX_FAULT_CASES (a comma-separated subset).
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+# case -> (ranks, a pattern the job's output must contain)
+CASES = {
+    # The peers wait in the agreement; rank 1 waits in MPI_Finalize: watchdogs.
+    "early_return": (3, r"watchdog: .*(MPI_Allreduce \(the cross-rank agreement|MPI_Finalize)"),
+    "caught_error": (3, r"watchdog: .*(MPI_Allreduce \(the cross-rank agreement|MPI_Finalize)"),
+    # Rank 0's backward agreement meets the others' all_gather agreement: the
+    # mismatch is reported, then the ranks are out of step until a watchdog.
+    "backward_on_one_rank": (3, r"watchdog: |do not agree|differ"),
+    "check_level_differs": (3, r"watchdog: "),
+    # Open MPI ends the job when a rank dies or leaves without MPI_Finalize.
+    "sigkill": (3, r"(?i)signal|killed|exited|aborted|terminated"),
+    "exit_without_finalize": (3, r"(?i)finalize|exited|aborted|terminated"),
+    "unwinding": (3, r"an exception propagates; aborting the job"),
+}
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    exe, mpirun, mpirun_args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    deadline = float(os.environ.get("SHARDEX_FAULT_TIMEOUT", "4"))
+    only = [c for c in os.environ.get("SHARDEX_FAULT_CASES", "").split(",") if c]
+    env = dict(os.environ, SHARDEX_TIMEOUT=str(deadline))
+    failed = []
+    for name, (ranks, pattern) in CASES.items():
+        if only and name not in only:
+            continue
+        cmd = [mpirun] + mpirun_args + ["-n", str(ranks), exe, name]
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=deadline + 60)
+            out, rc = p.stdout, p.returncode
+        except subprocess.TimeoutExpired as e:
+            out, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), None
+        took = time.monotonic() - t0
+        problems = []
+        if rc is None:
+            problems.append(f"still running after {deadline + 60:.0f} s: it hangs")
+        elif rc == 0:
+            problems.append("exit code 0: the fault went unnoticed")
+        if took > deadline + 5:
+            problems.append(f"took {took:.1f} s, more than the deadline ({deadline:g} s) plus 5 s")
+        if not re.search(pattern, out):
+            problems.append(f"no message matching /{pattern}/ in its output")
+        status = "FAIL" if problems else "ok"
+        print(f"{status:4} {name:22} {ranks} ranks, exit {rc}, {took:.1f} s")
+        first = next((l for l in out.splitlines() if "[shardex]" in l or "error" in l.lower()), "")
+        if first:
+            print(f"     {first[:300]}")
+        for pr in problems:
+            print(f"     {pr}")
+        if problems:
+            print("     --- output ---\n" + "\n".join("     " + l for l in out.splitlines()[-30:]))
+            failed.append(name)
+    if failed:
+        print(f"faults: {len(failed)} case(s) failed: {', '.join(failed)}")
+        return 1
+    print("faults: every case ended with a message and a non-zero exit within the deadline plus 5 s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
