@@ -394,3 +394,45 @@ TEST_CASE("a data span of the wrong size") {
   }
   check_communicator_still_works();
 }
+
+TEST_CASE("an empty tensor (default-constructed or moved-from) throws wherever it is used, never reads freed memory") {
+  const auto& comm = world();
+  const int n = comm.size();
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 2);
+  lens[0] = 0;
+  const Shape g{2 * (n - 1), 3};
+  Tensor<float, Sharded<0>> empty;
+  CHECK_FALSE(empty.valid());
+  CHECK_THROWS_WITH_AS(eval(all_gather(empty)), doctest::Contains("the tensor is empty"), error);
+  CHECK_THROWS_WITH_AS(transit<Replicated>(empty, {}), doctest::Contains("shardex::all_gather: the tensor is empty"), error);
+  Tensor<float, Partial> p0;
+  CHECK_THROWS_WITH_AS(transit<Replicated>(p0, {}), doctest::Contains("shardex::all_reduce: the tensor is empty"), error);
+  CHECK_THROWS_WITH_AS((Tensor<float, Partial>(sum(p0))), doctest::Contains("the tensor is empty"), error);
+
+  auto a = Tensor<float, Sharded<0>>::ones(comm, g, layout_mapping<Sharded<0>>(lens));
+  auto b = std::move(a);
+  CHECK_FALSE(a.valid());  // NOLINT(bugprone-use-after-move): that is the point
+  CHECK(a.data() == nullptr);
+  CHECK(b.valid());
+  CHECK_THROWS_WITH_AS((Tensor<float, Replicated>(all_gather(a))), doctest::Contains("moved-from"), error);
+  Tensor<float, Replicated> r = all_gather(b);  // the tensor moved to still works
+  CHECK(std::all_of(r.data(), r.data() + r.size(), [](float v) { return v == 1.f; }));
+  Tensor<float, Sharded<0>> c;
+  c = std::move(b);
+  CHECK_FALSE(b.valid());  // NOLINT(bugprone-use-after-move)
+  CHECK(c.valid());
+  CHECK_THROWS_AS(backward(Tensor<float, Replicated>()), error);
+}
+
+TEST_CASE("shapes are checked when a tensor is made: negative extents and element counts that overflow 64 bits") {
+  const auto& comm = world();
+  CHECK_BAD_INPUT((Tensor<float, Partial>::zeros(comm, {-1, 5})), "shardex::Tensor::zeros", "(-1, 5)", "extent -1 of dim 0 is negative");
+  CHECK_BAD_INPUT((Tensor<float, Replicated>::ones(comm, {3, -2})), "extent -2 of dim 1 is negative");
+  CHECK_BAD_INPUT((Tensor<double, Invariant>::zeros(comm, {std::int64_t(1) << 32, std::int64_t(1) << 32})), "overflows 64 bits");
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(comm.size()), 0);
+  lens[0] = 4;
+  CHECK_BAD_INPUT((Tensor<float, Sharded<1>>::ones(comm, {-2, 4}, layout_mapping<Sharded<1>>(lens))), "extent -2 of dim 0 is negative");
+  std::vector<float> local(8, 1.f);
+  CHECK_BAD_INPUT((Tensor<float, Replicated>::from_local(comm, Shape{-2, -4}, std::span<const float>(local))), "negative",
+                  "shardex::Tensor::from_local");
+}

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -73,6 +74,21 @@ private:
   std::array<std::int64_t, max_rank> ext_{};
   int rank_ = 0;
 };
+
+/// What is wrong with `s` as a tensor's shape ("" if nothing): a negative
+/// extent, or an element count that does not fit 64 bits (an overflow would
+/// otherwise wrap to a small count and allocate too little).
+inline std::string shape_problem(const Shape& s) {
+  for (int d = 0; d < s.rank(); ++d)
+    if (s[d] < 0) return "extent " + std::to_string(s[d]) + " of dim " + std::to_string(d) + " is negative";
+  std::int64_t n = 1;
+  for (int d = 0; d < s.rank(); ++d) {
+    if (s[d] != 0 && n > std::numeric_limits<std::int64_t>::max() / s[d])
+      return "its element count overflows 64 bits (the extents' product exceeds 2^63 - 1)";
+    n *= s[d];
+  }
+  return "";
+}
 
 /// A shape known at compile time: `shape_c<5, 10>`. It converts to `Shape`, and
 /// the tensor factories given one check the layout against it at compile time

@@ -19,9 +19,11 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "shardex/autodiff/node.hpp"
@@ -45,7 +47,33 @@ public:
   using communicator_type = typename Device::communicator;
   using mapping_type = layout_mapping<L>;
 
+  /// An empty handle: no communicator, no data. Using it (in an expression,
+  /// a transition, backward) throws `shardex::error`; assign it a tensor first.
   Tensor() = default;
+  Tensor(const Tensor&) = default;
+  Tensor& operator=(const Tensor&) = default;
+  /// A moved-from tensor is empty (as if default-constructed), never a
+  /// handle to storage it no longer holds.
+  Tensor(Tensor&& o) noexcept
+      : comm_(std::move(o.comm_)), global_(o.global_), local_(o.local_), mapping_(std::move(o.mapping_)),
+        storage_(std::move(o.storage_)), data_(std::exchange(o.data_, nullptr)), node_(std::move(o.node_)),
+        valid_(std::exchange(o.valid_, false)) {
+    o.global_ = o.local_ = Shape{};
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      comm_ = std::move(o.comm_);
+      global_ = std::exchange(o.global_, Shape{});
+      local_ = std::exchange(o.local_, Shape{});
+      mapping_ = std::move(o.mapping_);
+      storage_ = std::move(o.storage_);
+      data_ = std::exchange(o.data_, nullptr);
+      node_ = std::move(o.node_);
+      valid_ = std::exchange(o.valid_, false);
+    }
+    return *this;
+  }
+  ~Tensor() = default;
 
   /// Evaluates a lazy expression (expr/): `Tensor<float, Replicated> y = all_gather(x);`
   /// runs the simplified plan of the expression here.
@@ -57,7 +85,7 @@ public:
   /// Zeros: every rank allocates its part of a tensor of global shape `global`.
   static Tensor zeros(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
     Tensor t(comm, global, std::move(m), "shardex::Tensor::zeros");
-    t.storage_ = Device::template allocate<T>(t.local_.numel());
+    t.storage_ = t.allocate_local("shardex::Tensor::zeros", false);
     t.data_ = t.storage_.get();
     return t;
   }
@@ -66,7 +94,7 @@ public:
   /// pool: for results that are written whole before anyone reads them.
   static Tensor empty(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
     Tensor t(comm, global, std::move(m), "shardex::Tensor::empty");
-    t.storage_ = Device::template allocate_uninitialized<T>(t.local_.numel());
+    t.storage_ = t.allocate_local("shardex::Tensor::empty", true);
     t.data_ = t.storage_.get();
     return t;
   }
@@ -171,9 +199,11 @@ public:
     const std::string where = std::string(op) + " on rank " + std::to_string(comm.rank()) + " of " +
                               std::to_string(comm.size()) + " (layout " + layout_name<L>() + ", local shape " +
                               local_shape.str() + ")";
+    if (const std::string bad = shape_problem(local_shape); !bad.empty()) err = where + ": " + bad;
     if constexpr (is_sharded_v<L>) {
       const auto ls = m.lengths();
-      if (static_cast<int>(ls.size()) != comm.size())
+      if (!err.empty()) {
+      } else if (static_cast<int>(ls.size()) != comm.size())
         err = where + ": the lengths list " + to_string(ls) + " has " + std::to_string(ls.size()) +
               " entries but the communicator has " + std::to_string(comm.size()) + " ranks";
       else if (L::dim >= local_shape.rank())
@@ -211,6 +241,14 @@ public:
   }
 
   // ---- observers ---------------------------------------------------------
+  /// False for a default-constructed or moved-from tensor (an empty handle).
+  [[nodiscard]] bool valid() const noexcept { return valid_; }
+  /// Throws `shardex::error` naming `op` if this is an empty handle.
+  void require_valid(const char* op) const {
+    if (!valid_)
+      throw error(std::string(op) + ": the tensor is empty (default-constructed or moved-from) and holds no data; " +
+                  "assign it a tensor (Tensor::zeros, from_local, an expression) before using it");
+  }
   [[nodiscard]] const Shape& shape() const noexcept { return global_; }
   [[nodiscard]] const Shape& local_shape() const noexcept { return local_; }
   [[nodiscard]] const mapping_type& mapping() const noexcept { return mapping_; }
@@ -373,9 +411,25 @@ private:
   }
 
   Tensor(const communicator_type& comm, const Shape& global, mapping_type m, const char* op)
-      : comm_(comm), global_(global), mapping_(std::move(m)) {
+      : comm_(comm), global_(global), mapping_(std::move(m)), valid_(true) {
+    if (const std::string err = shape_problem(global_); !err.empty())
+      throw invalid_argument(std::string(op) + " on rank " + std::to_string(comm_.rank()) + " of " +
+                             std::to_string(comm_.size()) + ": global shape " + global_.str() + ": " + err);
     if constexpr (is_sharded_v<L>) check_mapping<L>(mapping_, global_, comm_.size(), comm_.rank(), op);
     local_ = shardex::local_shape<L>(global_, mapping_, comm_.rank());
+  }
+
+  /// The local storage, its allocation failure reported with the call, the
+  /// rank and the size (a std::bad_alloc alone names none of them).
+  std::shared_ptr<T[]> allocate_local(const char* op, bool uninitialized) const {
+    const std::int64_t n = local_.numel();
+    try {
+      return uninitialized ? Device::template allocate_uninitialized<T>(n) : Device::template allocate<T>(n);
+    } catch (const std::bad_alloc&) {
+      throw error(std::string(op) + " on rank " + std::to_string(comm_.rank()) + " of " + std::to_string(comm_.size()) +
+                  ": cannot allocate " + std::to_string(n) + " elements (" + std::to_string(n * std::int64_t(sizeof(T))) +
+                  " bytes) for the local shape " + local_.str() + " of global shape " + global_.str());
+    }
   }
 
   communicator_type comm_;
@@ -395,6 +449,7 @@ private:
   std::shared_ptr<T[]> storage_;
   T* data_ = nullptr;
   std::shared_ptr<node_type> node_;
+  bool valid_ = false;  // made by a factory, a view or an expression; false when default-constructed or moved from
 };
 
 /// Fills the gradient of every differentiable tensor `loss` depends on.
@@ -403,6 +458,7 @@ private:
 /// every rank calls it on the same graph.
 template <Scalar T, LayoutTag L, class Device>
 void backward(const Tensor<T, L, Device>& loss) {
+  loss.require_valid("shardex::backward(loss)");
   if (loss.shape().numel() != 1)
     throw invalid_argument("shardex::backward(loss): the loss must hold one element, but it is " + loss.describe());
   if (!loss.node()) throw error("shardex::backward(loss): the loss does not depend on any tensor that requires_grad()");

@@ -52,7 +52,10 @@ using eval_t = Tensor<typename E::value_type, typename E::layout_type, typename 
 /// of each step if any input is differentiable. A Tensor evaluates to itself.
 template <TensorExpr E>
 eval_t<E> eval(const E& e) {
-  if constexpr (is_tensor_v<E>) return e;
+  if constexpr (is_tensor_v<E>) {
+    e.require_valid("shardex: a tensor used in an expression");
+    return e;
+  }
   else return evaluate(e);  // found by ADL next to each node type
 }
 

@@ -78,6 +78,7 @@ template <LayoutTag To, class X>
 Strategy prepare(const char* name, bool communicates, const X& x, const layout_mapping<To>& to, Strategy s = Strategy::automatic,
                  std::optional<CollectiveOp> op = std::nullopt, std::int64_t row_bytes = 0,
                  std::span<const std::int64_t> lens = {}, Pieces pieces = Pieces::contiguous) {
+  if (!x.valid()) x.require_valid((std::string("shardex::") + name).c_str());
   // The call's text is built only for an error message.
   const auto call = [&] { return describe_call<To>(name, x, to); };
   std::string err;
