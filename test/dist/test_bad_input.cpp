@@ -272,6 +272,16 @@ TEST_CASE("lengths that do not sum to the global extent") {
   check_communicator_still_works();
 }
 
+/// Runs a factory at CheckLevel::local: the tensors below differ across ranks
+/// on purpose, and the factories' own agreement would report that first.
+template <class F>
+auto made_unchecked(F&& make) {
+  set_check_level(CheckLevel::local);
+  auto t = make();
+  set_check_level(CheckLevel::communicating);
+  return t;
+}
+
 TEST_CASE("calls that do not match across ranks throw on every rank instead of hanging") {
   const auto& comm = world();
   const int n = comm.size(), r = comm.rank();
@@ -300,21 +310,22 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   }
   SUBCASE("all_reduce of different global shapes") {
     const Shape shape{5, r == 0 ? 11 : 10};
-    CHECK_BAD_INPUT(((void)eager::all_reduce(Tensor<double, Partial>::ones(comm, shape))), "shardex::all_reduce", rank_str(r),
+    const auto p = made_unchecked([&] { return Tensor<double, Partial>::ones(comm, shape); });
+    CHECK_BAD_INPUT(((void)eager::all_reduce(p)), "shardex::all_reduce", rank_str(r),
                     shape.str(), mismatch);
   }
   SUBCASE("all_gather of different global shapes") {
     const std::int64_t rows = r == 1 ? 6 : 5;
-    const auto y = Tensor<float, Sharded<1>>::ones(comm, {rows, total}, layout_mapping<Sharded<1>>(ls));
+    const auto y = made_unchecked([&] { return Tensor<float, Sharded<1>>::ones(comm, {rows, total}, layout_mapping<Sharded<1>>(ls)); });
     CHECK_BAD_INPUT(((void)eager::all_gather(y)), "shardex::all_gather", rank_str(r), "(" + std::to_string(rows) + ", ", mismatch);
   }
   SUBCASE("all_reduce of different dtypes") {
     if (r == 0) {
-      CHECK_BAD_INPUT(((void)eager::all_reduce(Tensor<float, Partial>::ones(comm, {4}))), "shardex::all_reduce", rank_str(r), "float32",
-                      mismatch);
+      const auto p = made_unchecked([&] { return Tensor<float, Partial>::ones(comm, {4}); });
+      CHECK_BAD_INPUT(((void)eager::all_reduce(p)), "shardex::all_reduce", rank_str(r), "float32", mismatch);
     } else {
-      CHECK_BAD_INPUT(((void)eager::all_reduce(Tensor<double, Partial>::ones(comm, {4}))), "shardex::all_reduce", rank_str(r), "float64",
-                      mismatch);
+      const auto p = made_unchecked([&] { return Tensor<double, Partial>::ones(comm, {4}); });
+      CHECK_BAD_INPUT(((void)eager::all_reduce(p)), "shardex::all_reduce", rank_str(r), "float64", mismatch);
     }
   }
   SUBCASE("different operations: all_gather on rank 0, all_to_all on the others") {
@@ -331,10 +342,10 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
                     "shardex::reduce_scatter", rank_str(r), global, mismatch);
   }
   SUBCASE("all_gather of a tensor whose lengths differ across ranks") {
-    // Tensor::ones does not communicate, so the disagreement surfaces at the first collective.
+    // Made unchecked (Tensor::ones would report it), the disagreement surfaces at the first collective.
     std::vector<std::int64_t> mine = ls;
     if (r == 0) std::reverse(mine.begin(), mine.end());
-    const auto y = Tensor<float, Sharded<1>>::ones(comm, {5, total}, layout_mapping<Sharded<1>>(mine));
+    const auto y = made_unchecked([&] { return Tensor<float, Sharded<1>>::ones(comm, {5, total}, layout_mapping<Sharded<1>>(mine)); });
     CHECK_BAD_INPUT(((void)eager::all_gather(y)), "shardex::all_gather", rank_str(r), global, mismatch);
   }
   SUBCASE("from_local with lengths that differ across ranks") {
@@ -435,4 +446,22 @@ TEST_CASE("shapes are checked when a tensor is made: negative extents and elemen
   std::vector<float> local(8, 1.f);
   CHECK_BAD_INPUT((Tensor<float, Replicated>::from_local(comm, Shape{-2, -4}, std::span<const float>(local))), "negative",
                   "shardex::Tensor::from_local");
+}
+
+TEST_CASE("the factories agree across ranks: lengths wrong on one rank, or shapes that differ, throw on every rank") {
+  const auto& comm = world();
+  const int n = comm.size();
+  if (n < 2) return;
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 1);
+  if (comm.rank() == 1) lens[0] = 2;  // sums to n + 1 on rank 1 only
+  const Shape g{n, 2};
+  CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::zeros(comm, g, layout_mapping<Sharded<0>>(lens))), "shardex::Tensor::zeros on rank 1",
+                  "(layout S(0)[dyn], global shape (" + std::to_string(n) + ", 2))");
+  CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::ones(comm, g, layout_mapping<Sharded<0>>(lens))), "shardex::Tensor::full on rank 1");
+  // Valid on each rank alone, different across ranks.
+  const Shape mine{n, comm.rank() == 1 ? 3 : 2};
+  CHECK_BAD_INPUT((Tensor<double, Replicated>::zeros(comm, mine)), "the ranks are not making the same call");
+  // Still in step: a good call afterwards works everywhere.
+  auto ok = Tensor<float, Replicated>::ones(comm, g);
+  CHECK(ok.size() == 2 * n);
 }

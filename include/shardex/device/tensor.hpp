@@ -83,7 +83,17 @@ public:
   Tensor(const E& e) : Tensor(evaluate_as_this(e)) {}  // NOLINT(google-explicit-constructor): expressions convert like Eigen's
 
   /// Zeros: every rank allocates its part of a tensor of global shape `global`.
+  /// Collective like the transitions: the ranks agree that the shape and
+  /// lengths are valid and the same everywhere, so a bad one throws on every
+  /// rank (at CheckLevel::communicating; alone at CheckLevel::local).
   static Tensor zeros(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
+    agree_on_factory(comm, global, m, "shardex::Tensor::zeros");
+    return zeroed(comm, global, std::move(m));
+  }
+
+  /// Internal: zeros for a result whose shape and lengths come from tensors
+  /// already checked (no cross-rank agreement).
+  static Tensor zeroed(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
     Tensor t(comm, global, std::move(m), "shardex::Tensor::zeros");
     t.storage_ = t.allocate_local("shardex::Tensor::zeros", false);
     t.data_ = t.storage_.get();
@@ -99,7 +109,9 @@ public:
     return t;
   }
 
+  /// `value` everywhere; collective like zeros().
   static Tensor full(const communicator_type& comm, const Shape& global, T value, mapping_type m = {}) {
+    agree_on_factory(comm, global, m, "shardex::Tensor::full");
     Tensor t = empty(comm, global, std::move(m));
     Device::fill(t.data(), t.size(), value);
     return t;
@@ -417,6 +429,27 @@ private:
                              std::to_string(comm_.size()) + ": global shape " + global_.str() + ": " + err);
     if constexpr (is_sharded_v<L>) check_mapping<L>(mapping_, global_, comm_.size(), comm_.rank(), op);
     local_ = shardex::local_shape<L>(global_, mapping_, comm_.rank());
+  }
+
+  /// The factories' cross-rank check (agree.hpp): a shape or lengths problem
+  /// on any rank, or shapes and lengths that differ across ranks, throw on
+  /// every rank. Skipped inside backward (its pass agreed once).
+  static void agree_on_factory(const communicator_type& comm, const Shape& global, const mapping_type& m, const char* op) {
+    std::string err = shape_problem(global);
+    if constexpr (is_sharded_v<L>)
+      if (err.empty()) err = mapping_problem<L>(m, global, comm.size());
+    const auto call = [&] {
+      return std::string(op) + " on rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + " (layout " +
+             layout_name<L>() + ", global shape " + global.str() + ")";
+    };
+    if (!err.empty()) err = call() + ": " + err;
+    detail::Signature sig;
+    sig.add(op).add(dtype_name<T>()).add(layout_name<L>());
+    for (auto e : global.extents()) sig.add(e);
+    if constexpr (is_sharded_v<L>)
+      if (err.empty())
+        for (auto l : m.lengths()) sig.add(l);
+    detail::agree(comm, err, sig, call);
   }
 
   /// The local storage, its allocation failure reported with the call, the

@@ -25,7 +25,7 @@ Tensor<T, L, To> to(const Tensor<T, L, From>& x, const typename To::communicator
     throw invalid_argument(std::string("shardex::to<") + To::name + ">(x, comm): x is " + x.describe() +
                            " but the communicator is rank " + std::to_string(comm.rank()) + " of " +
                            std::to_string(comm.size()) + "; it must have the same ranks");
-  auto out = Tensor<T, L, To>::zeros(comm, x.shape(), x.mapping());
+  auto out = Tensor<T, L, To>::zeroed(comm, x.shape(), x.mapping());
   if constexpr (std::same_as<From, Host>) {
     To::upload(out.data(), x.data(), x.size());
   } else if constexpr (std::same_as<To, Host>) {

@@ -97,7 +97,7 @@ auto evaluate(const Attention<Q, K, V>& e) {
     Dev::softmax_rows(p.get(), shapes.heads * shapes.seq, shapes.seq);
     return p;
   };
-  auto out = Tensor<T, L, Dev>::zeros(q.comm(), q.shape(), q.mapping());
+  auto out = Tensor<T, L, Dev>::zeroed(q.comm(), q.shape(), q.mapping());
   Dev::gemm(shapes.apply(false), T(1), probabilities(q.data(), k.data()).get(), v.data(), T(0), out.data());
   if (q.node() || k.node() || v.node()) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;

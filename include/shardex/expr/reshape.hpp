@@ -55,7 +55,7 @@ auto evaluate(const Reshape<E>& e) {
                            x.describe() +
                            (is_sharded_v<L> ? "; a sharded tensor keeps its dims up to the sharded one and its element count"
                                             : "; the element count must stay the same"));
-  auto out = Tensor<T, L, Dev>::zeros(x.comm(), to, x.mapping());
+  auto out = Tensor<T, L, Dev>::zeroed(x.comm(), to, x.mapping());
   Dev::copy_block(x.data(), 1, 0, out.data(), 1, 0, 1, 1, x.size());
   if (x.node())
     out.record("reshape", {x.node()}, [in = x.node()](const Tensor<T, dual_t<L>, Dev>& g) {

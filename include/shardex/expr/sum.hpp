@@ -75,7 +75,7 @@ auto evaluate(const Sum<E, K>& e) {
       throw invalid_argument("shardex::sum<" + std::to_string(K) + ">(x) on rank " + std::to_string(x.rank()) +
                              ": x has no dim " + std::to_string(K) + ", it is " + x.describe());
   }
-  auto out = Tensor<T, L, Dev>::zeros(x.comm(), e.shape(), e.mapping());
+  auto out = Tensor<T, L, Dev>::zeroed(x.comm(), e.shape(), e.mapping());
   const DimView v = K < 0 ? DimView{1, x.size(), 1} : DimView::of(x.local_shape(), K < 0 ? 0 : K);
   Dev::sum_middle(x.data(), out.data(), v.outer, v.extent, v.inner);
   if (x.node())

@@ -48,7 +48,7 @@ auto evaluate(const Transpose<E>& e) {
   if (x.shape().rank() != 2)
     throw invalid_argument("shardex::transpose(x) on rank " + std::to_string(x.rank()) + ": x must be 2-d, but it is " +
                            x.describe());
-  auto out = Tensor<T, L, Dev>::zeros(x.comm(), e.shape(), e.mapping());
+  auto out = Tensor<T, L, Dev>::zeroed(x.comm(), e.shape(), e.mapping());
   const std::int64_t rows = x.local_shape()[0], cols = x.local_shape()[1];
   Dev::transpose_2d(x.data(), out.data(), rows, cols);
   if (x.node())

@@ -203,7 +203,7 @@ struct transition<Sharded<D, Ls>, Partial> {
 
   template <class T, class Dev>
   static Tensor<T, Partial, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<Partial>&, Strategy) {
-    auto out = Tensor<T, Partial, Dev>::zeros(x.comm(), x.shape());
+    auto out = Tensor<T, Partial, Dev>::zeroed(x.comm(), x.shape());
     const DimView v = DimView::of(x.shape(), D);
     Dev::copy_block(x.data(), x.local_shape()[D], 0, out.data(), v.extent, x.global_offset(), v.outer, x.local_shape()[D],
                     v.inner);
