@@ -330,9 +330,10 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   }
   SUBCASE("different operations: all_gather on rank 0, all_to_all on the others") {
     if (r == 0) {
-      CHECK_BAD_INPUT(((void)eager::all_gather(x)), "shardex::all_gather", rank_str(r), global, mismatch);
+      CHECK_BAD_INPUT(((void)eager::all_gather(x)), "shardex::all_gather", rank_str(r), global, mismatch, "by the call they make: rank 0 | rank");
     } else {
-      CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<0>>(x, all_on_last(n, 5))), "shardex::all_to_all", rank_str(r), global, mismatch);
+      CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<0>>(x, all_on_last(n, 5))), "shardex::all_to_all", rank_str(r), global, mismatch,
+                      n == 2 ? "rank 0 | rank 1)" : "rank 0 | ranks 1, 2");
     }
   }
   SUBCASE("reduce_scatter to lengths that differ across ranks") {

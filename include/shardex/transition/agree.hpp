@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardex/core/checks.hpp"
 #include "shardex/core/counters.hpp"
@@ -69,6 +70,24 @@ std::string call_text(const Describe& d) {
   else return std::string(d);
 }
 
+/// The ranks grouped by the call they make, in rank order: "rank 0 | ranks 1, 2".
+inline std::string rank_groups(const std::vector<std::int64_t>& sigs) {
+  std::string out;
+  std::vector<bool> done(sigs.size(), false);
+  for (std::size_t r = 0; r < sigs.size(); ++r) {
+    if (done[r]) continue;
+    std::string members;
+    int count = 0;
+    for (std::size_t q = r; q < sigs.size(); ++q)
+      if (!done[q] && sigs[q] == sigs[r]) {
+        done[q] = true;
+        members += (count++ ? ", " : "") + std::to_string(q);
+      }
+    out += (out.empty() ? "" : " | ") + std::string(count == 1 ? "rank " : "ranks ") + members;
+  }
+  return out;
+}
+
 /// Every rank calls this with its own verdict (`local_error` empty when its
 /// input is fine) and the signature of its call. If any rank's input is bad,
 /// all ranks throw `invalid_argument` with the first bad rank's message; if the
@@ -94,10 +113,17 @@ void agree(const Comm& device_comm, const std::string& local_error, const Signat
     if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
     throw invalid_argument(msg);
   }
-  if (v[1] != -v[2])
+  if (v[1] != -v[2]) {
+    // Name the ranks out of step: one more collective, on the error path
+    // only (every rank is here, in this agreement).
+    std::vector<std::int64_t> sigs(static_cast<std::size_t>(comm.size()));
+    const std::int64_t mine = sig.value();
+    comm.all_gather(&mine, sigs.data(), 1);
     throw invalid_argument(call_text(call) + " on rank " + std::to_string(comm.rank()) +
                            ": the ranks are not making the same call (operation, dtype, shapes or lengths differ across "
-                           "ranks); every rank must call the same collectives in the same order");
+                           "ranks; the ranks by the call they make: " + rank_groups(sigs) +
+                           "); every rank must call the same collectives in the same order");
+  }
 }
 
 }  // namespace shardex::detail
