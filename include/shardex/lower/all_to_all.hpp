@@ -61,20 +61,25 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
     if (s == Strategy::v_collective) {
       // The pieces received are described to the backend (derived datatypes
       // where they are strided), which writes them into y with no unpack
-      // pass. Strided pieces to send are packed first: Open MPI sends a
-      // vector datatype 1.6-2x slower than a packed block (bench/collectives).
-      // Whether a side is strided can differ by rank (a rank holding one row),
-      // so every rank takes this path: they must make the same call.
+      // pass. Strided pieces to send go as datatypes too from
+      // CostModel::mpi_pack_strided_sends_below bytes per rank (1.1-1.5x
+      // faster than packing from 1 MiB); below that they are packed first
+      // (faster there). Whether a side is strided, and its size, can differ by
+      // rank (a rank holding one row), so every rank takes this path and makes
+      // the same call; packing or not is each rank's own (the elements travel
+      // in the same order either way).
       std::shared_ptr<T[]> packed;
       const T* from_ptr = x;
       std::vector<StridedBlock> to(us(n)), from(us(n));
-      if (xs.outer != 1) {
+      const bool pack_sends =
+          xs.outer != 1 && send.total * static_cast<std::int64_t>(sizeof(T)) < CostModel{}.mpi_pack_strided_sends_below;
+      if (pack_sends) {
         packed = Dev::template allocate_uninitialized<T>(send.total);
         pack(packed.get(), send.displs);
         from_ptr = packed.get();
       }
       for (int i = 0; i < n; ++i) {
-        to[us(i)] = xs.outer != 1 ? StridedBlock::contiguous(send.displs[us(i)], send.counts[us(i)])
+        to[us(i)] = pack_sends ? StridedBlock::contiguous(send.displs[us(i)], send.counts[us(i)])
                                   : StridedBlock::of(xs.outer, xs.extent, xs.inner, offs_s[us(i)], lens_s[us(i)]);
         from[us(i)] = StridedBlock::of(yc.outer, yc.extent, yc.inner, offs_c[us(i)], lens_c[us(i)]);
       }

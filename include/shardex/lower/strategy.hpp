@@ -131,6 +131,10 @@ struct CostModel {
   /// ... and up to this many on 2 ranks, padded (MPI_Allgather of the longest
   /// piece, one unpack) is faster still (1.05-1.5x at 4-16 KiB).
   std::int64_t mpi_padded_strided_all_gather_max_bytes = std::int64_t(16) << 10;
+  /// Not a strategy but how v_collective sends an all_to_all's strided
+  /// pieces: packed into one block below this many bytes per rank, as vector
+  /// datatypes from it.
+  std::int64_t mpi_pack_strided_sends_below = std::int64_t(256) << 10;
 };
 
 /// Picks the strategy for `op` moving `lens[i] * row_bytes` bytes from or to
