@@ -102,8 +102,9 @@ constexpr bool supports(CollectiveOp op, Strategy s) {
 }
 
 /// The cost model behind `Strategy::automatic` (alpha-beta: a fixed latency per
-/// call plus bytes over bandwidth). Its constants are the ratios measured by
-/// bench/strategies; only their ratio matters for the choice.
+/// call plus bytes over bandwidth; only the ratio of the two matters) for a
+/// backend without v collectives, and the thresholds bench/collectives
+/// measured on MPI.
 struct CostModel {
   double latency_s = 20e-6;      ///< one collective call
   double seconds_per_byte = 1e-9;
