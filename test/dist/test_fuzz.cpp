@@ -4,11 +4,14 @@
 // calls (MPI_Bcast, MPI_Allreduce, MPI_Allgatherv), not with shardex: a
 // transition never changes the logical value, and a Replicated or Invariant
 // result must hold all of it on every rank. A fixed seed in CI;
-// SHARDEX_FUZZ_CASES sets the count (default 10,000 per world size). A second
-// test perturbs the expected values and requires the checker to see it.
+// SHARDEX_FUZZ_CASES sets the count (default 10,000 per world size). Each
+// case runs eagerly or lazily, and half of them also run backward, checking
+// the gradient the same way. A second test perturbs the expected values
+// (forward and gradient) and requires the checker to see it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
@@ -111,7 +114,7 @@ Tensor<double, L> random_input(const Shape& g, layout_mapping<L> m, std::uint64_
 struct Fuzz {
   std::mt19937_64 rng;
   bool perturb = false;  // the self-test: expected values off by 1/8 in one element
-  std::int64_t cases = 0, checked_elements = 0, failures = 0;
+  std::int64_t cases = 0, backward_cases = 0, checked_elements = 0, failures = 0, perturbed_checks = 0;
 
   std::int64_t extent() { return std::uniform_int_distribution<std::int64_t>(0, 4)(rng); }
   Lens lengths(std::int64_t total) { return test::random_lengths(rng, test::world().size(), total); }
@@ -120,20 +123,46 @@ struct Fuzz {
     return *(xs.begin() + std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng));
   }
 
-  /// One transition From -> To of a random tensor, checked.
+  /// One transition From -> To of a random tensor, checked; run eagerly
+  /// (transit) or lazily (a redistribute expression, evaluated). Half the
+  /// cases also run backward: x's gradient, from loss = sum(y * w), must hold
+  /// the logical value of w read in the dual layout (a transition is the
+  /// identity on logical values, so its adjoint is too), recomputed with raw MPI.
   template <class From, class To>
   void run(const Shape& g, layout_mapping<From> fm, layout_mapping<To> tm, Strategy s, const std::string& what) {
-    const auto x = random_input<From>(g, std::move(fm), rng());
+    auto x = random_input<From>(g, std::move(fm), rng());
+    const bool lazy = rng() % 2 == 0, grad = rng() % 2 == 0;
+    if (grad) x.requires_grad();
+    const std::string how = what + (lazy ? " (lazy" : " (eager") + (grad ? ", backward)" : ")");
     auto want = logical(x);
-    if (perturb && !want.empty()) want[static_cast<std::size_t>(rng() % want.size())] += 0.125;
-    const auto y = transit<To>(x, tm, s);
-    const std::int64_t bad = mismatches(want, y);
+    perturb_one(want);
+    Tensor<double, To> y;
+    if (lazy) y = redistribute<To>(x, tm, s);
+    else y = transit<To>(x, tm, s);
+    check(want, mismatches(want, y), g, how + " forward");
+    if (grad) {
+      const auto w = random_input<To>(g, tm, rng());
+      backward(eval(sum(y * w)));
+      auto gwant = logical(w.template relabel<dual_t<To>>(dual_mapping<To>(tm)));
+      perturb_one(gwant);
+      check(gwant, x.has_grad() ? mismatches(gwant, x.grad()) : 1 + static_cast<std::int64_t>(gwant.size()), g,
+            how + " gradient");
+      ++backward_cases;
+    }
     ++cases;
+  }
+
+  void perturb_one(std::vector<double>& want) {
+    if (perturb && !want.empty()) want[static_cast<std::size_t>(rng() % want.size())] += 0.125;
+  }
+
+  void check(const std::vector<double>& want, std::int64_t bad, const Shape& g, const std::string& what) {
     checked_elements += static_cast<std::int64_t>(want.size());
     if (perturb) {
       if (!want.empty()) {
         CHECK_MESSAGE(bad > 0, "the checker missed a perturbed value: " << what);
         failures += bad == 0;
+        ++perturbed_checks;
       }
     } else if (bad != 0) {
       ++failures;
@@ -180,6 +209,18 @@ struct Fuzz {
   }
 };
 
+/// This process's resident set in KiB (Linux's /proc), or -1 where unknown.
+std::int64_t resident_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  std::int64_t kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
+
 std::int64_t fuzz_cases() {
   if (const char* v = std::getenv("SHARDEX_FUZZ_CASES")) return std::max<std::int64_t>(1, std::atoll(v));
   return 10000;
@@ -190,9 +231,20 @@ std::int64_t fuzz_cases() {
 TEST_CASE("fuzz: random transitions keep the logical value recomputed with raw MPI") {
   Fuzz f{test::shared_rng(20261130)};
   const std::int64_t n = fuzz_cases();
-  for (std::int64_t i = 0; i < n && f.failures < 20; ++i) f.one();
-  MESSAGE(f.cases << " transitions, " << f.checked_elements << " elements checked");
+  // Memory must not grow with the number of cases (a leaked buffer or graph
+  // node per transition would): the resident set after a warm-up against the end.
+  const std::int64_t warm_up = std::min<std::int64_t>(n / 10, 1000);
+  std::int64_t rss_after_warm_up = -1;
+  for (std::int64_t i = 0; i < n && f.failures < 20; ++i) {
+    if (i == warm_up) rss_after_warm_up = resident_kib();
+    f.one();
+  }
+  const std::int64_t growth = rss_after_warm_up < 0 ? 0 : resident_kib() - rss_after_warm_up;
+  CHECK_MESSAGE(growth < 2048, "the resident set grew by " << growth << " KiB over " << n - warm_up << " cases");
+  MESSAGE(f.cases << " transitions (" << f.backward_cases << " also backward), " << f.checked_elements
+                  << " elements checked");
   CHECK(f.cases == n);
+  CHECK(f.backward_cases > n / 3);  // about half run backward
   CHECK(f.failures == 0);
 }
 
@@ -201,5 +253,7 @@ TEST_CASE("fuzz: the checker reports a perturbed expected value (a self-test)") 
   f.perturb = true;
   for (int i = 0; i < 300; ++i) f.one();
   CHECK(f.cases == 300);
+  CHECK(f.backward_cases > 100);
+  CHECK(f.perturbed_checks > 300);  // forward and gradient checks both perturbed
   CHECK(f.failures == 0);
 }
