@@ -52,6 +52,11 @@ struct Communicator::Handle {
   /// message names the communicator.
   std::chrono::milliseconds timeout = watchdog::default_timeout();
   std::string where = "a communicator";
+  /// Why grouped sends and receives are refused on this communicator (empty:
+  /// they are not): set when a group left by an error cancelled a receive, as
+  /// the message meant for it may still arrive and would be matched by the
+  /// next receive from that rank (a wrong result, silently).
+  std::string point_to_point_refused;
   explicit Handle(MPI_Comm c) : comm(c) {}
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -263,28 +268,55 @@ void Communicator::all_reduce_min(std::int64_t* buf, int count) const {
 
 struct Group::State {
   std::vector<MPI_Request> requests;
+  std::vector<int> recv_from;  // per request: the peer of a receive, or -1
 };
 
 Group::Group(const Communicator& c) : comm_(&c), state_(std::make_unique<State>()) {}
 
 Group::~Group() {
-  // Requests still in flight reference user buffers: complete them before the
+  // Requests still in flight reference user buffers: they must end before the
   // buffers can go away. Errors cannot be reported from a destructor.
   auto& rs = state_->requests;
   if (rs.empty()) return;
-  // (Here after a failed check part-way through the group, usually.) Watched:
-  // a peer that never posts its side ends the job at the deadline instead of
-  // leaving this rank waiting forever.
-  const watchdog::Armed armed("MPI_Waitall (a grouped send/receive left by an error)", "the group's communicator",
-                              comm_ ? comm_->timeout() : watchdog::default_timeout());
-  MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE);
+  // Here after an error part-way through the group (end() was not reached).
+  // Receives are cancelled: a peer may never send (it failed too, or never
+  // got here), and this rank should report its error now, not wait. Sends and
+  // rooted calls cannot be cancelled; they are waited for, watched: a peer
+  // that never posts its side ends the job at the deadline.
+  for (std::size_t i = 0; i < rs.size(); ++i)
+    if (state_->recv_from[i] >= 0) MPI_Cancel(&rs[i]);
+  std::vector<MPI_Status> statuses(rs.size());
+  {
+    const watchdog::Armed armed("MPI_Waitall (the sends of a grouped send/receive left by an error)",
+                                comm_->description(), comm_->timeout());
+    MPI_Waitall(static_cast<int>(rs.size()), rs.data(), statuses.data());
+  }
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    int cancelled = 0;
+    if (state_->recv_from[i] >= 0 && MPI_Test_cancelled(&statuses[i], &cancelled) == MPI_SUCCESS && cancelled &&
+        comm_->handle_ && comm_->handle_->point_to_point_refused.empty())
+      comm_->handle_->point_to_point_refused =
+          "a grouped receive from rank " + std::to_string(state_->recv_from[i]) + " on rank " +
+          std::to_string(comm_->rank()) + " was cancelled after an error, and the message meant for it may still "
+          "arrive; use a new communicator (Communicator::split or duplicate) for grouped sends and receives "
+          "(collectives on this one still work)";
+  }
 }
+
+namespace {
+/// The communicator of a grouped send or receive, unless grouped traffic on it was refused.
+MPI_Comm point_to_point(const Communicator& c, const std::string& refused, const char* what) {
+  if (!refused.empty()) throw error(std::string(what) + " on " + c.description() + ": refused, because " + refused);
+  return need(c.native(), what);
+}
+}  // namespace
 
 void Group::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   check(MPI_Ibcast(buf, to_count(count, "MPI_Ibcast"), t, root, need(comm_->native(), "MPI_Ibcast"), &r), "MPI_Ibcast");
   state_->requests.push_back(r);
+  state_->recv_from.push_back(-1);
 }
 
 void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt, int root) {
@@ -293,25 +325,31 @@ void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype d
   check(MPI_Ireduce(send, recv, to_count(count, "MPI_Ireduce"), t, MPI_SUM, root, need(comm_->native(), "MPI_Ireduce"), &r),
         "MPI_Ireduce");
   state_->requests.push_back(r);
+  state_->recv_from.push_back(-1);
 }
 
 void Group::send_raw(const void* buf, std::int64_t count, Dtype dt, int peer) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
-  check(MPI_Isend(buf, to_count(count, "MPI_Isend"), t, peer, 0, need(comm_->native(), "MPI_Isend"), &r), "MPI_Isend");
+  const MPI_Comm c = point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Isend");
+  check(MPI_Isend(buf, to_count(count, "MPI_Isend"), t, peer, 0, c, &r), "MPI_Isend");
   state_->requests.push_back(r);
+  state_->recv_from.push_back(-1);
 }
 
 void Group::recv_raw(void* buf, std::int64_t count, Dtype dt, int peer) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
-  check(MPI_Irecv(buf, to_count(count, "MPI_Irecv"), t, peer, 0, need(comm_->native(), "MPI_Irecv"), &r), "MPI_Irecv");
+  const MPI_Comm c = point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Irecv");
+  check(MPI_Irecv(buf, to_count(count, "MPI_Irecv"), t, peer, 0, c, &r), "MPI_Irecv");
   state_->requests.push_back(r);
+  state_->recv_from.push_back(peer);
 }
 
 void Group::end() {
   std::vector<MPI_Request> rs;
   rs.swap(state_->requests);
+  state_->recv_from.clear();
   const Watched timer(*comm_, "MPI_Waitall (the end of a grouped send/receive, broadcast or reduce)");
   if (!rs.empty())
     check(MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (group end)");

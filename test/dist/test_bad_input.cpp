@@ -21,6 +21,11 @@
 
 #include <shardex.hpp>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "support/dist.hpp"
 
 using namespace shardex;
@@ -449,6 +454,46 @@ TEST_CASE("shapes are checked when a tensor is made: negative extents and elemen
                   "shardex::Tensor::from_local");
 }
 
+TEST_CASE("a local part too large for the backend's counts is refused before allocating; a failed allocation throws on every rank") {
+  const auto& comm = world();
+  const int n = comm.size(), last = n - 1;
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 0);
+  lens[static_cast<std::size_t>(last)] = 1;
+#if SHARDEX_WITH_MPI
+  // 2^31 floats (8 GiB) on the last rank only: refused on every rank, nothing allocated.
+  const Shape huge{1, std::int64_t(1) << 31};
+  CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::zeros(comm, huge, layout_mapping<Sharded<0>>(lens))),
+                  "shardex::Tensor::zeros on rank " + std::to_string(last), "2147483648 elements, more than one call",
+                  "2147483647 for MPI's int counts");
+  CHECK(host::pool_stats().in_use_bytes < (std::int64_t(1) << 30));
+#endif
+  // 2 GiB on the last rank, under an address-space limit there: its
+  // allocation fails, and every rank throws with its message (not a
+  // std::bad_alloc on one rank while the others go on).
+  rlimit old{};
+  getrlimit(RLIMIT_AS, &old);
+  const bool limited = comm.rank() == last;
+  if (limited) {
+    long pages = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    rlimit lim = old;
+    lim.rlim_cur = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (rlim_t(512) << 20);
+    if (pages > 0 && (old.rlim_cur == RLIM_INFINITY || lim.rlim_cur < old.rlim_cur)) setrlimit(RLIMIT_AS, &lim);
+  }
+  const std::string msg = message_of([&] {
+    (void)Tensor<double, Sharded<0>>::zeros(comm, {1, std::int64_t(1) << 28}, layout_mapping<Sharded<0>>(lens));
+  });
+  if (limited) setrlimit(RLIMIT_AS, &old);
+  CHECK_MESSAGE(msg.find("shardex::Tensor::zeros on rank " + std::to_string(last)) != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("cannot allocate its local part (1, 268435456) (268435456 elements, 2147483648 bytes)") !=
+                    std::string::npos,
+                msg);
+  check_communicator_still_works();
+}
+
 TEST_CASE("the factories agree across ranks: lengths wrong on one rank, or shapes that differ, throw on every rank") {
   const auto& comm = world();
   const int n = comm.size();
@@ -459,6 +504,8 @@ TEST_CASE("the factories agree across ranks: lengths wrong on one rank, or shape
   CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::zeros(comm, g, layout_mapping<Sharded<0>>(lens))), "shardex::Tensor::zeros on rank 1",
                   "(layout S(0)[dyn], global shape (" + std::to_string(n) + ", 2))");
   CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::ones(comm, g, layout_mapping<Sharded<0>>(lens))), "shardex::Tensor::full on rank 1");
+  // slice does not communicate, but its lengths must hold on every rank too.
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<0>>(Tensor<float, Replicated>::ones(comm, g), lens)), "slice", "on rank 1");
   // Valid on each rank alone, different across ranks.
   const Shape mine{n, comm.rank() == 1 ? 3 : 2};
   CHECK_BAD_INPUT((Tensor<double, Replicated>::zeros(comm, mine)), "the ranks are not making the same call");

@@ -95,6 +95,44 @@ TEST_CASE("grouped broadcasts and point-to-point complete together at end()") {
   CHECK(got == double((me - 1 + n) % n));
 }
 
+#if SHARDEX_WITH_MPI
+TEST_CASE("a group left by an error cancels its receives at once and refuses grouped traffic afterwards") {
+  const auto& w = world();
+  const int n = w.size(), me = w.rank();
+  auto c = w.split(0, me);                  // a communicator of its own: the world stays usable
+  c.set_timeout(std::chrono::seconds(20));  // a wait for the receive would end the test run here
+  std::vector<double> never(8, -1.0);
+  double mine = me;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Every rank posts a receive nobody sends, then fails on an invalid peer:
+  // the group's destructor must cancel the receive, not wait for it.
+  CHECK_THROWS_WITH_AS(
+      {
+        auto g = c.group();
+        g.recv(never.data(), 8, (me + 1) % n);
+        g.send(&mine, 1, n + 3);
+        g.end();
+      },
+      doctest::Contains("MPI_Isend failed"), backend_error);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_MESSAGE(waited < 5.0, "the group's destructor waited " << waited << " s for a receive nobody sends");
+  CHECK(never[0] == -1.0);  // cancelled, not filled
+  // A message meant for the cancelled receive could still arrive: grouped
+  // traffic on c is refused, with the reason; collectives still work.
+  CHECK_THROWS_WITH_AS(c.group().recv(never.data(), 1, (me + 1) % n), doctest::Contains("was cancelled after an error"), error);
+  double v = 1.0;
+  c.all_reduce(&v, 1);
+  CHECK(v == double(n));
+  // The world's groups were never touched.
+  double got = -1;
+  auto g = w.group();
+  g.recv(&got, 1, (me - 1 + n) % n);
+  g.send(&mine, 1, (me + 1) % n);
+  g.end();
+  CHECK(got == double((me - 1 + n) % n));
+}
+#endif
+
 #if !SHARDEX_WITH_MPI
 TEST_CASE("without MPI, collectives are copies and a root or peer other than 0 is refused") {
   const auto& w = world();

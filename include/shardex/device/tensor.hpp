@@ -87,8 +87,7 @@ public:
   /// lengths are valid and the same everywhere, so a bad one throws on every
   /// rank (at CheckLevel::communicating; alone at CheckLevel::local).
   static Tensor zeros(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
-    agree_on_factory(comm, global, m, "shardex::Tensor::zeros");
-    return zeroed(comm, global, std::move(m));
+    return agreed_allocation(comm, global, std::move(m), "shardex::Tensor::zeros", false);
   }
 
   /// Internal: zeros for a result whose shape and lengths come from tensors
@@ -111,8 +110,7 @@ public:
 
   /// `value` everywhere; collective like zeros().
   static Tensor full(const communicator_type& comm, const Shape& global, T value, mapping_type m = {}) {
-    agree_on_factory(comm, global, m, "shardex::Tensor::full");
-    Tensor t = empty(comm, global, std::move(m));
+    Tensor t = agreed_allocation(comm, global, std::move(m), "shardex::Tensor::full", true);
     Device::fill(t.data(), t.size(), value);
     return t;
   }
@@ -431,11 +429,52 @@ private:
     local_ = shardex::local_shape<L>(global_, mapping_, comm_.rank());
   }
 
-  /// The factories' cross-rank check (agree.hpp): a shape or lengths problem
-  /// on any rank, or shapes and lengths that differ across ranks, throw on
-  /// every rank. Skipped inside backward (its pass agreed once).
-  static void agree_on_factory(const communicator_type& comm, const Shape& global, const mapping_type& m, const char* op) {
+  /// The most elements the backend's calls can carry (MPI: ints).
+  static constexpr std::int64_t max_count() {
+    if constexpr (requires { communicator_type::max_count; }) return communicator_type::max_count;
+    else return INT64_MAX;
+  }
+
+  /// The factories' storage, allocated between the local checks and the
+  /// cross-rank agreement (agree.hpp): a shape or lengths problem, a local part
+  /// too large for the backend's counts (refused before allocating) or an
+  /// allocation that fails, on any rank, and shapes or lengths that differ
+  /// across ranks, throw on every rank. Skipped inside backward (its pass agreed once).
+  static Tensor agreed_allocation(const communicator_type& comm, const Shape& global, mapping_type m, const char* op,
+                                  bool uninitialized) {
     std::string err = shape_problem(global);
+    if constexpr (is_sharded_v<L>)
+      if (err.empty()) err = mapping_problem<L>(m, global, comm.size());
+    Tensor t;
+    if (err.empty()) {
+      const Shape local = shardex::local_shape<L>(global, m, comm.rank());
+      if (local.numel() > max_count())
+        err = "its local part " + local.str() + " holds " + std::to_string(local.numel()) +
+              " elements, more than one call of the backend can move (" + std::to_string(max_count()) +
+              " for MPI's int counts); shard it over more ranks, split it, or use the NCCL backend";
+    }
+    if (err.empty()) {
+      t = Tensor(comm, global, m, op);
+      const std::int64_t n = t.local_.numel();
+      try {
+        t.storage_ = uninitialized ? Device::template allocate_uninitialized<T>(n) : Device::template allocate<T>(n);
+        t.data_ = t.storage_.get();
+      } catch (const std::exception& e) {  // std::bad_alloc, or the device's out-of-memory error
+        err = "cannot allocate its local part " + t.local_.str() + " (" + std::to_string(n) + " elements, " +
+              std::to_string(n * std::int64_t(sizeof(T))) + " bytes): " + e.what();
+        t = Tensor();
+      }
+    }
+    agree_on_factory(comm, global, m, op, std::move(err));
+    return t;
+  }
+
+  /// The factories' cross-rank check (agree.hpp): a problem found on any rank
+  /// (`err`, or a shape or lengths problem found here), or shapes and lengths
+  /// that differ across ranks, throw on every rank. Skipped inside backward.
+  static void agree_on_factory(const communicator_type& comm, const Shape& global, const mapping_type& m, const char* op,
+                               std::string err = {}) {
+    if (err.empty()) err = shape_problem(global);
     if constexpr (is_sharded_v<L>)
       if (err.empty()) err = mapping_problem<L>(m, global, comm.size());
     const auto call = [&] {

@@ -71,11 +71,12 @@ std::int64_t adjoint_signature(const Shape& shape, const layout_mapping<From>& f
   return sig.value() | 1;  // never 0, which means "no collective"
 }
 
-/// The checks every rank can make alone, then (for communicating entries) the
+/// The checks every rank can make alone, then (for communicating entries, and
+/// slice, whose lengths must hold on every rank) the
 /// cross-rank agreement of agree.hpp. Returns the resolved strategy.
 /// `op` is the strategy-bearing collective of the entry (none for the others).
 template <LayoutTag To, class X>
-Strategy prepare(const char* name, bool communicates, const X& x, const layout_mapping<To>& to, Strategy s = Strategy::automatic,
+Strategy prepare(const char* name, bool agrees_across_ranks, const X& x, const layout_mapping<To>& to, Strategy s = Strategy::automatic,
                  std::optional<CollectiveOp> op = std::nullopt, std::int64_t row_bytes = 0,
                  std::span<const std::int64_t> lens = {}, Pieces pieces = Pieces::contiguous) {
   if (!x.valid()) x.require_valid((std::string("shardex::") + name).c_str());
@@ -92,7 +93,7 @@ Strategy prepare(const char* name, bool communicates, const X& x, const layout_m
     }
   }
   if (!err.empty()) err = call() + ": " + err;
-  if (!communicates) {
+  if (!agrees_across_ranks) {
     if (!err.empty()) throw invalid_argument(err);
     return resolved;
   }
@@ -185,7 +186,9 @@ struct transition<From, Sharded<D, Ls>> {
 
   template <class T, class Dev>
   static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, From, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to, Strategy) {
-    detail::prepare<Sharded<D, Ls>>(name, false, x, to);
+    // No communication, but the lengths must be valid on every rank: the
+    // ranks agree on them like a collective's (a bad one throws everywhere).
+    detail::prepare<Sharded<D, Ls>>(name, true, x, to);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // the copy writes it whole
     const DimView v = DimView::of(x.shape(), D);
     Dev::copy_block(x.data(), v.extent, out.global_offset(), out.data(), out.local_shape()[D], 0, v.outer,

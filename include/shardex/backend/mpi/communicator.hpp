@@ -149,6 +149,14 @@ public:
   template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, dtype_of<T>()); }
   template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, dtype_of<T>(), root); }
 
+  /// The most elements one call can move: MPI's counts are ints (2^31-1).
+  /// Tensor factories refuse a local part larger than this before allocating.
+#if SHARDEX_WITH_MPI
+  static constexpr std::int64_t max_count = 2147483647;
+#else
+  static constexpr std::int64_t max_count = INT64_MAX;  // the one-rank world copies; nothing is counted in ints
+#endif
+
   // MPI's v collectives (uneven counts; counts and displacements in elements).
   static constexpr bool has_v_collectives = true;
   template <class T>
