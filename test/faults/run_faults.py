@@ -29,6 +29,22 @@ CASES = {
     "unwinding": (3, r"an exception propagates; aborting the job"),
 }
 
+# The bad inputs: case -> a pattern every rank's "[rank r] error: ..." line must contain.
+EVERY_RANK = {
+    "zeros_negative_then_all_reduce": r"shardex::Tensor::zeros on rank 0 of 3 \(layout P\(sum\), global shape \(-1, 5\)\): extent -1 of dim 0 is negative",
+    "ones_negative": r"shardex::Tensor::full.*extent -1 of dim 0 is negative",
+    "sharded_negative_all_gather": r"shardex::Tensor::full.*extent -2 of dim 0 is negative",
+    "default_constructed": r"shardex::all_reduce.*the tensor is empty \(default-constructed or moved-from\)",
+    "moved_from": r"the tensor is empty \(default-constructed or moved-from\)",
+    "shape_overflows": r"overflows 64 bits",
+    "too_large_for_mpi": r"on rank 2 of 3 .*more than one call of the backend can move",
+    "group_fails_part_way": r"MPI_Isend failed",
+    "zeros_lengths_on_one_rank": r"shardex::Tensor::zeros on rank 1 of 3.*the lengths sum to 4",
+    "slice_lengths_on_one_rank": r"slice on rank 1 of 3.*the lengths sum to 4",
+}
+for _name, _pattern in EVERY_RANK.items():
+    CASES[_name] = (3, _pattern)
+
 
 def main():
     if len(sys.argv) < 3:
@@ -59,6 +75,10 @@ def main():
             problems.append(f"took {took:.1f} s, more than the deadline ({deadline:g} s) plus 5 s")
         if not re.search(pattern, out):
             problems.append(f"no message matching /{pattern}/ in its output")
+        if name in EVERY_RANK:
+            errs = {int(m.group(1)) for m in re.finditer(r"\[rank (\d+)\] error: (.*)", out) if re.search(pattern, m.group(2))}
+            if errs != set(range(ranks)):
+                problems.append(f"the error was printed by ranks {sorted(errs)}, not by every one of the {ranks}")
         status = "FAIL" if problems else "ok"
         print(f"{status:4} {name:22} {ranks} ranks, exit {rc}, {took:.1f} s")
         first = next((l for l in out.splitlines() if "[shardex]" in l or "error" in l.lower()), "")
