@@ -54,6 +54,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
   UlyssesAttention<T, Dev> model(comm, heads, dh, seq_lens, head_lens, seed);
   model.trainable();
   example::Run<T> run;
+  const double lr = f.real("lr");
   for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     auto x = example::normal<Dev, T, Sharded<0>>(comm, {seq, heads * dh}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1),
@@ -64,6 +65,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     Tensor<T, Invariant, Dev> loss = all_reduce<Invariant>(sum(d * d) / double(2 * seq));
     backward(loss);
     run.losses.push_back(example::value(loss));
+    example::check_finite_loss(run.losses.back(), step, lr);
     if (step + 1 == steps) {
       run.last = {{"output", example::on_host(eager::all_gather<Invariant>(y.detach()))},
                   {"dWq", example::on_host(model.wq.grad())},
@@ -71,7 +73,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
                   {"dWv", example::on_host(model.wv.grad())},
                   {"dWo", example::on_host(model.wo.grad())}};
     }
-    sgd_step(f.real("lr"), model.wq, model.wk, model.wv, model.wo);
+    sgd_step(lr, model.wq, model.wk, model.wv, model.wo);
     if (report) example::print_step(comm, step, run.losses.back(), t0);
   }
   return run;

@@ -51,6 +51,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
   Mlp<T, Dev> model = Mlp<T, Dev>(comm, hidden, ffn, lens, seed).trainable();
   example::Run<T> run;
   const std::int64_t steps = f.integer("steps");
+  const double lr = example::learning_rate(f, 1.6);  // --lr auto: 1.6 / hidden (0.05 at the default width)
   for (std::int64_t step = 0; step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     auto x = example::normal<Dev, T, Invariant>(comm, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")));
@@ -60,6 +61,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     Tensor<T, Invariant, Dev> loss = sum(d * d) / double(2 * batch);
     backward(loss);
     run.losses.push_back(example::value(loss));
+    example::check_finite_loss(run.losses.back(), step, lr);
     if (step + 1 == steps) {  // keep the last step's output and gradients, gathered whole
       run.last = {{"output", example::on_host(y)},
                   {"dA", example::on_host(eager::all_gather<Invariant>(model.A.grad()))},
@@ -67,7 +69,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
                   {"dB", example::on_host(eager::all_gather<Invariant>(model.B.grad()))},
                   {"db", example::on_host(model.b.grad())}};
     }
-    sgd_step(f.real("lr"), model.A, model.a, model.B, model.b);
+    sgd_step(lr, model.A, model.a, model.B, model.b);
     if (report) example::print_step(comm, step, run.losses.back(), t0);
   }
   return run;
@@ -86,7 +88,7 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
 
 int main(int argc, char** argv) {
   return example::main(argc, argv, "megatron_mlp: Megatron's tensor-parallel MLP on uneven shards",
-                       {{"batch", "16"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "0.05"}, {"seed", "1"},
+                       {{"batch", "16"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "auto"}, {"seed", "1"},
                         {"dtype", "double"}, {"speeds", ""}},
                        [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
 }

@@ -67,16 +67,36 @@ inline std::vector<std::int64_t> split(std::int64_t total, const std::string& sp
   return shardex::proportional_lengths(total, w);
 }
 
-/// max |a - b| / max(1, |b|) over the local elements of two host tensors of the same shape.
+/// max |a - b| / max(1, |b|) over the local elements of two host tensors of
+/// the same shape; NaN if either holds a NaN or an infinity (a NaN compares
+/// false, so a plain max would report it as no difference at all).
 template <class A, class B>
 double max_rel_diff(const A& a, const B& b) {
   if (a.size() != b.size()) return INFINITY;
   double m = 0;
   for (std::int64_t i = 0; i < a.size(); ++i) {
     const double x = a.data()[i], y = b.data()[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) return NAN;
     m = std::max(m, std::abs(x - y) / std::max(1.0, std::abs(y)));
   }
   return m;
+}
+
+/// The learning rate: --lr, or for "auto" `per_hidden / hidden` (the
+/// gradients grow with the width, so a fixed rate that trains a small model
+/// makes a wide one diverge).
+inline double learning_rate(const Flags& f, double per_hidden) {
+  if (f.str("lr") == "auto") return per_hidden / double(f.integer("hidden"));
+  return f.real("lr");
+}
+
+/// Stops a run whose loss is no longer finite, with the likely cause.
+inline void check_finite_loss(double loss, std::int64_t step, double lr) {
+  if (std::isfinite(loss)) return;
+  std::ostringstream s;
+  s << "the loss is " << loss << " at step " << step << ": training diverged; lower the learning rate (--lr, now " << lr
+    << ")";
+  throw std::runtime_error(s.str());
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -169,14 +189,22 @@ int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const
   std::int64_t bad[1] = {worst <= tol ? 0 : -1};
   comm.all_reduce_min(bad, 1);  // any rank out of tolerance fails all
   const auto& losses = sharded.losses;
-  const auto [first, last] = losses.empty() ? std::pair{0.0, 0.0} : first_and_last_pass(losses, batches);
-  const bool learned = !losses.empty() && last < first;
+  if (losses.empty()) {
+    if (comm.rank() == 0) std::cout << "no step ran (--steps 0): nothing to compare\n";
+    return 0;
+  }
+  // Whether it learned needs two passes over the batches to compare.
+  const bool judged = static_cast<std::int64_t>(losses.size()) >= 2 * std::max<std::int64_t>(batches, 1);
+  const auto [first, last] = first_and_last_pass(losses, batches);
+  const bool learned = last < first;
   if (comm.rank() == 0)
     std::cout << "max relative difference from the unsharded model:" << diffs.str() << "  (tolerance " << std::scientific
               << std::setprecision(2) << tol << ")\n"
               << std::defaultfloat << "mean loss over the batches, first pass " << first << " -> last pass " << last
-              << (learned ? " (went down)" : " (DID NOT GO DOWN)") << "\n";
-  return bad[0] == 0 && learned ? 0 : 1;
+              << (!judged ? " (too few steps to judge: fewer than two passes over the batches)"
+                          : learned ? " (went down)" : " (DID NOT GO DOWN)")
+              << "\n";
+  return bad[0] == 0 && (learned || !judged) ? 0 : 1;
 }
 
 /// Runs `body` on the tensor type the --dtype flag names.
@@ -216,7 +244,13 @@ int main(int argc, char** argv, const char* about, std::map<std::string, std::st
                                 "it was configured, or -Dcuda=disabled)");
 #endif
   } catch (const std::exception& e) {
-    std::cerr << about << " (rank " << comm.rank() << "): " << e.what() << "\n";
+    // Printed once, not once per rank: an error every rank meets alike (a
+    // flag, a diverged loss) by rank 0; a shardex error by the rank that found
+    // it (the others' copies say "reported by rank N").
+    const std::string what = e.what();
+    const bool alike = dynamic_cast<const shardex::error*>(&e) == nullptr;
+    if (alike ? comm.rank() == 0 : what.find("(reported by rank ") == std::string::npos)
+      std::cerr << about << (alike ? std::string() : " (rank " + std::to_string(comm.rank()) + ")") << ": " << what << "\n";
     return 2;
   }
 }
