@@ -74,7 +74,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
                   {"dWo", example::on_host(model.wo.grad())}};
     }
     sgd_step(lr, model.wq, model.wk, model.wv, model.wo);
-    if (report) example::print_step(comm, step, run.losses.back(), t0);
+    example::end_step(comm, run, step, t0, report);
   }
   return run;
 }
@@ -88,7 +88,7 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
               << ", heads per rank " << to_string(head_lens) << ", " << dtype_name<T>() << "\n";
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, seq_lens, head_lens, true);
   const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("seq")}, {f.integer("heads")}, false);
-  return example::verdict(comm, sharded, whole, f.integer("batches"));
+  return example::verdict(comm, sharded, whole, f);
 }
 
 int main(int argc, char** argv) {

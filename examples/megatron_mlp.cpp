@@ -70,7 +70,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
                   {"db", example::on_host(model.b.grad())}};
     }
     sgd_step(lr, model.A, model.a, model.B, model.b);
-    if (report) example::print_step(comm, step, run.losses.back(), t0);
+    example::end_step(comm, run, step, t0, report);
   }
   return run;
 }
@@ -83,7 +83,7 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, lens, true);
   // The same model unsharded: every rank runs it alone, on a one-rank communicator.
   const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, false);
-  return example::verdict(comm, sharded, whole, f.integer("batches"));
+  return example::verdict(comm, sharded, whole, f);
 }
 
 int main(int argc, char** argv) {

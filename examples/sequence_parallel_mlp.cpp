@@ -70,7 +70,7 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
                   {"db", example::on_host(model.b.grad())}};
     }
     sgd_step(lr, model.A, model.a, model.B, model.b);
-    if (report) example::print_step(comm, step, run.losses.back(), t0);
+    example::end_step(comm, run, step, t0, report);
   }
   return run;
 }
@@ -84,7 +84,7 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
               << ", ffn lengths " << to_string(ffn_lens) << ", " << dtype_name<T>() << "\n";
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, ffn_lens, token_lens, true);
   const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, {f.integer("tokens")}, false);
-  return example::verdict(comm, sharded, whole, f.integer("batches"));
+  return example::verdict(comm, sharded, whole, f);
 }
 
 int main(int argc, char** argv) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -103,14 +104,7 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// "step   3  loss 0.123456  time 0.52 ms" on rank 0.
-template <class Comm>
-void print_step(const Comm& comm, std::int64_t step, double loss, std::chrono::steady_clock::time_point t0) {
-  if (comm.rank() != 0) return;
-  std::cout << "step " << std::setw(3) << step << "  loss " << std::setprecision(6) << std::fixed << loss << "  time "
-            << std::setprecision(2) << seconds_since(t0) * 1e3 << " ms\n"
-            << std::defaultfloat;
-}
+
 
 }  // namespace example
 
@@ -165,8 +159,35 @@ inline std::pair<double, double> first_and_last_pass(const std::vector<double>& 
 template <class T>
 struct Run {
   std::vector<double> losses;
+  std::vector<double> step_ms;  // each step's wall time on this rank
   std::vector<std::pair<std::string, shardex::Tensor<T, shardex::Invariant>>> last;
 };
+
+/// Ends a step: records its time, and (if `report`) prints
+/// "step   3  loss 0.123456  time 0.52 ms" on rank 0.
+template <class Comm, class T>
+void end_step(const Comm& comm, Run<T>& run, std::int64_t step, std::chrono::steady_clock::time_point t0, bool report) {
+  run.step_ms.push_back(seconds_since(t0) * 1e3);
+  if (!report || comm.rank() != 0) return;
+  std::cout << "step " << std::setw(3) << step << "  loss " << std::setprecision(6) << std::fixed << run.losses.back()
+            << "  time " << std::setprecision(2) << run.step_ms.back() << " ms\n"
+            << std::defaultfloat;
+}
+
+/// --log PATH: rank 0 writes every step's loss (sharded and unsharded) and
+/// time as CSV (step,loss,unsharded_loss,step_ms); scripts/plot_losses.py draws it.
+template <class T>
+void write_log(const shardex::mpi::Communicator& comm, const Flags& f, const Run<T>& sharded, const Run<T>& whole) {
+  const std::string path = f.str("log");
+  if (path.empty() || comm.rank() != 0) return;
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("--log " + path + ": cannot open the file for writing");
+  out << "step,loss,unsharded_loss,step_ms\n" << std::setprecision(10);
+  for (std::size_t i = 0; i < sharded.losses.size(); ++i)
+    out << i << ',' << sharded.losses[i] << ',' << (i < whole.losses.size() ? whole.losses[i] : NAN) << ','
+        << (i < sharded.step_ms.size() ? sharded.step_ms[i] : NAN) << '\n';
+  if (!out) throw std::runtime_error("--log " + path + ": writing failed");
+}
 
 /// The tolerance of the comparison with the unsharded run.
 template <class T>
@@ -177,7 +198,9 @@ constexpr double tolerance = std::same_as<T, double> ? 1e-10 : 1e-4;
 /// and the last pass over the batches; returns the exit code: 0 if every
 /// difference is within the tolerance on every rank and the loss went down.
 template <class T>
-int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const Run<T>& whole, std::int64_t batches) {
+int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const Run<T>& whole, const Flags& f) {
+  write_log(comm, f, sharded, whole);
+  const std::int64_t batches = f.integer("batches");
   const double tol = tolerance<T>;
   double worst = sharded.last.size() == whole.last.size() ? 0 : INFINITY;
   std::ostringstream diffs;
@@ -224,6 +247,7 @@ int main(int argc, char** argv, const char* about, std::map<std::string, std::st
   shardex::mpi::Environment env(argc, argv);
   const auto comm = shardex::mpi::Communicator::world();
   defaults.emplace("backend", "mpi");
+  defaults.emplace("log", "");
   try {
     const Flags f(argc, argv, std::move(defaults));
     if (f.help()) {

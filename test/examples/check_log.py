@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""An example's --log file, and its plot: runs EXAMPLE on 2 ranks with
+--steps 6 --log, checks the CSV (one row per step, the sharded loss equal to
+the unsharded one, times positive), then draws it with scripts/plot_losses.py
+where matplotlib is installed (said so, and skipped, where it is not).
+
+    check_log.py EXAMPLE PLOT_SCRIPT MPIRUN [MPIRUN_ARGS...]
+"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main():
+    exe, plot, mpirun, mpirun_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "run.csv")
+        subprocess.run([mpirun] + mpirun_args + ["-n", "2", exe, "--steps", "6", "--speeds", "1,3", "--log", log], check=True,
+                       stdout=subprocess.DEVNULL)
+        rows = list(csv.DictReader(open(log)))
+        problems = []
+        if [int(r["step"]) for r in rows] != list(range(6)):
+            problems.append(f"steps {[r['step'] for r in rows]}, not 0..5")
+        for r in rows:
+            a, b = float(r["loss"]), float(r["unsharded_loss"])
+            if not abs(a - b) <= 1e-10 * max(1.0, abs(b)):
+                problems.append(f"step {r['step']}: loss {a} but the unsharded model's {b}")
+            if not float(r["step_ms"]) > 0:
+                problems.append(f"step {r['step']}: time {r['step_ms']} ms")
+        for p in problems:
+            print("FAIL --log:", p)
+        if problems:
+            return 1
+        print(f"ok   --log: {len(rows)} steps, sharded loss equal to the unsharded one")
+        # Debian's matplotlib is for the system python; a python from PATH may lack it.
+        for py in ("/usr/bin/python3", sys.executable):
+            if os.path.exists(py) and subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0:
+                png = os.path.join(tmp, "run.png")
+                subprocess.run([py, plot, log, "-o", png], check=True, stdout=subprocess.DEVNULL)
+                size = os.path.getsize(png)
+                if size < 10000:
+                    print(f"FAIL plot: {png} is only {size} bytes")
+                    return 1
+                print(f"ok   plot: {size} bytes of PNG")
+                return 0
+        print("SKIP plot: matplotlib is not installed (Debian: python3-matplotlib)")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
