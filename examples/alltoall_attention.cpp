@@ -81,8 +81,11 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
 
 template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto seq_lens = example::split(f.integer("seq"), f.str("speeds"), comm.size());
-  const auto head_lens = example::split(f.integer("heads"), f.str("speeds"), comm.size());
+  // The calibration product: one head block of the projections (seq x heads*dh by heads*dh).
+  const std::int64_t width = f.integer("heads") * f.integer("dh");
+  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("seq"), width, width));
+  const auto seq_lens = example::split(f.integer("seq"), w);
+  const auto head_lens = example::split(f.integer("heads"), w);
   if (comm.rank() == 0)
     std::cout << "alltoall_attention: " << comm.size() << " ranks, sequence lengths " << to_string(seq_lens)
               << ", heads per rank " << to_string(head_lens) << ", " << dtype_name<T>() << "\n";

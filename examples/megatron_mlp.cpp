@@ -77,7 +77,8 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
 
 template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto lens = example::split(f.integer("ffn"), f.str("speeds"), comm.size());
+  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("batch"), f.integer("hidden"), f.integer("ffn")));
+  const auto lens = example::split(f.integer("ffn"), w);
   if (comm.rank() == 0)
     std::cout << "megatron_mlp: " << comm.size() << " ranks, ffn lengths " << to_string(lens) << ", " << dtype_name<T>() << "\n";
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, lens, true);

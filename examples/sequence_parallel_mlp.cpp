@@ -77,8 +77,9 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
 
 template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto ffn_lens = example::split(f.integer("ffn"), f.str("speeds"), comm.size());
-  const auto token_lens = example::split(f.integer("tokens"), f.str("speeds"), comm.size());
+  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("tokens"), f.integer("hidden"), f.integer("ffn")));
+  const auto ffn_lens = example::split(f.integer("ffn"), w);
+  const auto token_lens = example::split(f.integer("tokens"), w);
   if (comm.rank() == 0)
     std::cout << "sequence_parallel_mlp: " << comm.size() << " ranks, token lengths " << to_string(token_lens)
               << ", ffn lengths " << to_string(ffn_lens) << ", " << dtype_name<T>() << "\n";

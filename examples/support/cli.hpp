@@ -18,6 +18,7 @@
 #else
 #include <shardex.hpp>
 #endif
+#include <shardex/device/calibrate.hpp>
 
 namespace example {
 
@@ -55,17 +56,37 @@ private:
   bool help_ = false;
 };
 
-/// Lengths of `total` split over the ranks in proportion to "1,2,3,4" (one
-/// speed per rank; a zero gives a rank nothing), or evenly if `speeds` is empty.
-inline std::vector<std::int64_t> split(std::int64_t total, const std::string& speeds, int ranks) {
+/// The ranks' relative speeds from --speeds: "1,2,3,4" (one per rank; a zero
+/// gives a rank nothing), empty for even, or "auto": measured, each rank timing
+/// a product of the model's shape `gemm` on its device (shardex::measure_speeds).
+template <class Dev, class T>
+std::vector<double> speeds(const shardex::mpi::Communicator& comm, const Flags& f, const shardex::GemmShape& gemm) {
+  const std::string given = f.str("speeds");
+  const int ranks = comm.size();
   std::vector<double> w;
-  std::stringstream ss(speeds);
+  if (given == "auto") {
+    shardex::CalibrationOptions o;
+    o.gemm = gemm;
+    w = shardex::measure_speeds<Dev, T>(comm, o);
+    if (comm.rank() == 0) {
+      std::cout << "--speeds auto: measured GFLOP/s per rank";
+      for (double s : w) std::cout << " " << std::setprecision(3) << s;
+      std::cout << std::defaultfloat << "\n";
+    }
+    return w;
+  }
+  std::stringstream ss(given);
   for (std::string item; std::getline(ss, item, ',');) w.push_back(std::stod(item));
   if (w.empty()) w.assign(static_cast<std::size_t>(ranks), 1.0);
   if (static_cast<int>(w.size()) != ranks)
     throw std::invalid_argument("--speeds gives " + std::to_string(w.size()) + " speeds for " + std::to_string(ranks) +
-                                " ranks: give one per rank");
-  return shardex::proportional_lengths(total, w);
+                                " ranks: give one per rank, or auto");
+  return w;
+}
+
+/// Lengths of `total` in proportion to the speeds (summing to total).
+inline std::vector<std::int64_t> split(std::int64_t total, const std::vector<double>& speeds) {
+  return shardex::proportional_lengths(total, speeds);
 }
 
 /// max |a - b| / max(1, |b|) over the local elements of two host tensors of
