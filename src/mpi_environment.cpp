@@ -1,6 +1,8 @@
 // RAII MPI initialization: see include/shardex/backend/mpi/environment.hpp.
 #include "shardex/backend/mpi/environment.hpp"
 
+#include "shardex/core/trace.hpp"
+
 #include <cstdio>
 #include <exception>
 
@@ -24,6 +26,7 @@ Environment::Environment(int& argc, char**& argv) {
     check(MPI_Init(&argc, &argv), "MPI_Init");
     owns_ = true;
   }
+  if (owns_) trace::start_from_environment();
 }
 
 Environment::Environment() {
@@ -32,6 +35,7 @@ Environment::Environment() {
     check(MPI_Init(nullptr, nullptr), "MPI_Init");
     owns_ = true;
   }
+  if (owns_) trace::start_from_environment();
 }
 
 Environment::~Environment() {
@@ -49,6 +53,11 @@ Environment::~Environment() {
                  rank);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (trace::enabled()) {  // SHARDEX_TRACE, or a trace never stopped: merged and written now
+    const watchdog::Armed armed("the trace's merge (shardex::trace::stop in Environment's destructor)",
+                                "MPI_COMM_WORLD (a peer returned without reaching it)", watchdog::default_timeout());
+    trace::stop();
   }
   // A rank that returns from main while its peers still wait in a collective
   // (or never reach MPI_Finalize) would wait here forever: watched.

@@ -5,8 +5,10 @@
 #include "shardex/backend/mpi/environment.hpp"
 
 #include <atomic>
+#include <exception>
 
 #include "shardex/config.hpp"
+#include "shardex/core/trace.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 
 #if SHARDEX_WITH_MPI
@@ -24,9 +26,11 @@ Environment::Environment(int& /*argc*/, char**& /*argv*/) : Environment() {}
 Environment::Environment() : owns_(true) {
   host::keep_freed_memory();
   ++g_alive;
+  trace::start_from_environment();
 }
 
 Environment::~Environment() {
+  if (owns_ && std::uncaught_exceptions() == 0) trace::stop();  // SHARDEX_TRACE: written at exit
   if (owns_) --g_alive;
 }
 

@@ -29,6 +29,7 @@
 #include "shardex/autodiff/node.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/core/shape.hpp"
+#include "shardex/core/trace.hpp"
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
 #include "shardex/device/tensor_fwd.hpp"
@@ -416,8 +417,14 @@ private:
                   "redistribute<L>(expr), or declare the tensor with auto");
     static_assert(std::same_as<typename E::value_type, T>,
                   "shardex::Tensor<T, L>: the expression has another element type (float vs double)");
-    if constexpr (std::same_as<typename E::layout_type, L> && std::same_as<typename E::value_type, T>) return evaluate(e);
-    else return {};
+    if constexpr (std::same_as<typename E::layout_type, L> && std::same_as<typename E::value_type, T>) {
+      trace::Span span("eval", "eval");  // the expression's local math (its transitions are spans of their own)
+      Tensor out = evaluate(e);
+      if (span.on()) span.set_args(trace::json_string_member("result", out.describe()));
+      return out;
+    } else {
+      return {};
+    }
   }
 
   Tensor(const communicator_type& comm, const Shape& global, mapping_type m, const char* op)
@@ -550,9 +557,13 @@ void backward(const Tensor<T, L, Device>& loss) {
            " (" + std::to_string(calls) + " collectives; loss " + loss.describe() + ")";
   });
   const detail::AgreedPlan agreed;
+  trace::Span pass("backward", "backward(loss)");
   loss.node()->seed();
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    (*it)->propagate();
+    {
+      trace::Span step("backward", (*it)->op);  // the node's adjoint (its transitions are spans of their own)
+      (*it)->propagate();
+    }
     (*it)->release();
   }
 }

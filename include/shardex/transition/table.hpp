@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "shardex/core/trace.hpp"
 #include "shardex/core/watchdog.hpp"
 #include "shardex/lower/all_gather.hpp"
 #include "shardex/lower/all_to_all.hpp"
@@ -39,6 +40,34 @@ std::string describe_call(const char* name, const X& x, const layout_mapping<To>
                   std::to_string(x.world_size()) + ": input " + x.describe() + " -> " + layout_name<To>();
   if constexpr (is_sharded_v<To>) s += " with lengths " + to_string(to.lengths());
   return s;
+}
+
+/// The strategy the last prepare() on this thread resolved (for the trace).
+inline Strategy& last_resolved_strategy() noexcept {
+  thread_local Strategy s = Strategy::automatic;
+  return s;
+}
+
+/// A layout with its lengths, for the trace: "S(1)[1,2,3,4]", "R".
+template <LayoutTag L>
+std::string layout_with_lengths(const layout_mapping<L>& m) {
+  if constexpr (is_sharded_v<L>) return layout_name<L>() + " " + to_string(m.lengths());
+  else return layout_name<L>();
+}
+
+/// The trace's arguments of a transition (core/trace.hpp).
+template <class X, class Y>
+std::string trace_args(const X& x, const Y& y, bool communicates) {
+  std::string a = trace::json_string_member("from", layout_with_lengths(x.mapping())) + "," +
+                  trace::json_string_member("to", layout_with_lengths(y.mapping())) + "," +
+                  trace::json_string_member("shape", x.shape().str()) + "," +
+                  trace::json_string_member("dtype", dtype_name<typename X::value_type>()) + "," +
+                  "\"bytes_in\":" + std::to_string(x.size() * std::int64_t(sizeof(typename X::value_type))) + "," +
+                  "\"bytes_out\":" + std::to_string(y.size() * std::int64_t(sizeof(typename Y::value_type)));
+  if (communicates)
+    a += "," + trace::json_string_member("strategy", strategy_name(last_resolved_strategy())) + "," +
+         trace::json_string_member("communicator", control_of(x.comm()).description());
+  return a;
 }
 
 /// Names the call for the watchdog while the transition runs (its agreement
@@ -109,6 +138,7 @@ Strategy prepare(const char* name, bool agrees_across_ranks, const X& x, const l
   }
   // The strategy is part of the call: name it, or a mismatch in it reads as none.
   agree(x.comm(), err, sig, [&] { return op && err.empty() ? call() + " (strategy " + strategy_name(resolved) + ")" : call(); });
+  last_resolved_strategy() = resolved;
   return resolved;
 }
 
@@ -297,13 +327,21 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
   static_assert(has_transition_v<From, To>,
                 "shardex::transit<To>(x): no single transition connects x's layout to To (see transition/table.hpp); "
                 "go through an intermediate layout, e.g. all_gather then slice");
-  Tensor<T, To, Dev> y = transition<From, To>::apply(x.detach(), to, s);
+  using entry = transition<From, To>;
+  trace::Span span(entry::communicates ? "collective" : "local", entry::name);
+  if (span.on()) detail::last_resolved_strategy() = s;
+  Tensor<T, To, Dev> y = entry::apply(x.detach(), to, s);
+  if (span.on()) span.set_args(detail::trace_args(x, y, entry::communicates));
   if (x.node()) {
     using adjoint = adjoint_t<From, To>;
     static_assert(adjoint::exists, "shardex: a transition whose adjoint is missing from the table (a bug in shardex)");
     y.record(transition<From, To>::name, {x.node()},
              [in = x.node(), m = dual_mapping<From>(x.mapping()), s](const Tensor<T, dual_t<To>, Dev>& g) {
-               in->accumulate(adjoint::apply(g, m, s));
+               trace::Span span(adjoint::communicates ? "collective" : "local", adjoint::name);
+               if (span.on()) detail::last_resolved_strategy() = s;
+               auto gx = adjoint::apply(g, m, s);
+               if (span.on()) span.set_args(detail::trace_args(g, gx, adjoint::communicates));
+               in->accumulate(std::move(gx));
              });
     if constexpr (adjoint::communicates)
       y.node()->backward_call = detail::adjoint_signature<adjoint, T>(x.shape(), x.mapping(), y.mapping(), s);

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""A traced run of the main example: SHARDEX_TRACE=run.json megatron_mlp on
+3 ranks, --steps 4. The file must be valid Chrome trace JSON with one process
+per rank, and hold every collective on the 3-rank communicator: per step an
+all_reduce forward (P -> I) and one backward (replicate's adjoint), plus the
+three all_gathers of the last step's gradients. Then scripts/plot_trace.py
+draws it where matplotlib is installed (said so, and skipped, where not).
+
+    check_trace.py EXAMPLE PLOT_SCRIPT MPIRUN [MPIRUN_ARGS...]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+
+def main():
+    exe, plot, mpirun, mpirun_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    ranks, steps = 3, 4
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "run.json")
+        env = dict(os.environ, SHARDEX_TRACE=path)
+        subprocess.run([mpirun] + mpirun_args + ["-n", str(ranks), exe, "--steps", str(steps), "--speeds", "1,2,3"],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+        trace = json.load(open(path))
+        events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+        problems = []
+        if names != {r: f"rank {r}" for r in range(ranks)}:
+            problems.append(f"processes {names}, not one per rank")
+        world = f"a communicator of {ranks} ranks"
+        for r in range(ranks):
+            mine = [e for e in events if e["pid"] == r and e["cat"] == "collective" and world in e["args"].get("communicator", "")]
+            got = Counter(e["name"] for e in mine)
+            want = Counter({"all_reduce": 2 * steps, "all_gather": 3})
+            if got != want:
+                problems.append(f"rank {r}: collectives {dict(got)}, expected {dict(want)}")
+            for e in mine:
+                for k in ("from", "to", "strategy", "bytes_in", "bytes_out", "communicator"):
+                    if k not in e["args"]:
+                        problems.append(f"rank {r}: {e['name']} has no {k}")
+                        break
+        if any(e["dur"] < 0 or e["ts"] < 0 for e in events):
+            problems.append("negative times")
+        for p in problems[:10]:
+            print("FAIL trace:", p)
+        if problems:
+            return 1
+        print(f"ok   trace: {len(events)} events, {ranks} ranks, {2 * steps + 3} collectives per rank on the world communicator")
+        for py in ("/usr/bin/python3", sys.executable):
+            if os.path.exists(py) and subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0:
+                png = os.path.join(tmp, "run.png")
+                subprocess.run([py, plot, path, "-o", png], check=True, stdout=subprocess.DEVNULL)
+                print(f"ok   plot: {os.path.getsize(png)} bytes of PNG")
+                return 0 if os.path.getsize(png) > 10000 else 1
+        print("SKIP plot: matplotlib is not installed (Debian: python3-matplotlib)")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
