@@ -12,10 +12,14 @@
 // time, the part of it spent in backend calls (communication, from
 // shardex::counters) and the rest (compute), and the GEMM floor: the step's
 // flops per rank over the GEMM rate measured here, in the same run, on every
-// rank at once with the step's own shapes.
+// rank at once with the step's own shapes. And the timeline trace's cost
+// (core/trace.hpp): the measured steps alternate between tracing off and on,
+// so both medians come from the same run; off, the cost is the spans a step
+// makes times what a span costs with tracing off (timed here too).
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <iostream>
 #include <string>
@@ -87,8 +91,14 @@ int main(int argc, char** argv) {
   const double flops_per_rank = 12.0 * double(T) * double(H) * double(f_me);
   const double floor_ms = flops_per_rank / (gflops_per_s * 1e9) * 1e3;
 
-  std::vector<double> step_ms, comm_ms;
-  for (std::int64_t s = 0; s < warmup + steps; ++s) {
+  // Tracing on for every other measured step (recorded to a scratch file, not kept).
+  trace::start("/tmp/shardex_bench_mlp_step_trace.json");
+  trace::detail::enabled_flag().store(false);
+  std::int64_t spans_on_steps = 0;
+  std::vector<double> step_ms, comm_ms, traced_ms;
+  for (std::int64_t s = 0; s < warmup + 2 * steps; ++s) {
+    const bool traced = s >= warmup && (s - warmup) % 2 == 1;
+    trace::detail::enabled_flag().store(traced);
     for (auto* p : {&X}) p->zero_grad();
     A.zero_grad(), a.zero_grad(), B.zero_grad(), b.zero_grad();
     comm.barrier();
@@ -104,10 +114,28 @@ int main(int argc, char** argv) {
 #if __has_include("shardex/core/counters.hpp")
     cms = (counters() - c0).backend_seconds * 1e3;
 #endif
-    if (s >= warmup) {
+    trace::detail::enabled_flag().store(false);
+    if (traced) {
+      traced_ms.push_back(max_over_ranks(comm, ms));
+      ++spans_on_steps;
+    } else if (s >= warmup) {
       step_ms.push_back(max_over_ranks(comm, ms));
       comm_ms.push_back(max_over_ranks(comm, cms));
     }
+  }
+  trace::detail::enabled_flag().store(true);
+  const std::int64_t events = trace::stop();  // every rank's events of the traced steps
+  std::remove("/tmp/shardex_bench_mlp_step_trace.json");
+  const double spans_per_step = double(events) / double(n) / double(std::max<std::int64_t>(spans_on_steps, 1));
+  double span_off_ns = 0;
+  {
+    const int k = 10'000'000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < k; ++i) {
+      trace::Span sp("local", "off");
+      if (sp.on()) sp.set_args("");
+    }
+    span_off_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / k;
   }
   if (comm.rank() == 0) {
     const double step = median(step_ms), cm = median(comm_ms);
@@ -115,7 +143,10 @@ int main(int argc, char** argv) {
               << ",\"hidden\":" << H << ",\"ffn\":" << F << ",\"dtype\":\"float32\",\"step_ms\":" << step << ",\"comm_ms\":" << cm
               << ",\"compute_ms\":" << (cm >= 0 ? step - cm : -1) << ",\"steps\":" << steps
               << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9 << ",\"gemm_gflops_per_rank\":" << gflops_per_s
-              << ",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << step / floor_ms << "}" << std::endl;
+              << ",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << step / floor_ms
+              << ",\"traced_step_ms\":" << median(traced_ms) << ",\"trace_on_ratio\":" << median(traced_ms) / step
+              << ",\"spans_per_step\":" << spans_per_step << ",\"span_off_ns\":" << span_off_ns
+              << ",\"trace_off_fraction\":" << spans_per_step * span_off_ns * 1e-6 / step << "}" << std::endl;
   }
   return 0;
 }
