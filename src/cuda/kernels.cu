@@ -31,9 +31,6 @@ template <class T> __global__ void fill_kernel(T* p, std::int64_t n, T v) {
 template <class T> __global__ void axpy_kernel(std::int64_t n, T alpha, const T* x, T* y) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) y[i] += alpha * x[i];
 }
-template <class T> __global__ void scale_kernel(std::int64_t n, T alpha, const T* x, T* y) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) y[i] = alpha * x[i];
-}
 template <class T>
 __global__ void scale_matrices_kernel(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride,
                                       std::int64_t batch, T beta) {
@@ -125,11 +122,6 @@ template <class T> void axpy(std::int64_t n, T alpha, const T* x, T* y, cudaStre
   axpy_kernel<<<grid_for(n), block_size, 0, s>>>(n, alpha, x, y);
   check_launch("axpy");
 }
-template <class T> void scale(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s) {
-  if (n <= 0) return;
-  scale_kernel<<<grid_for(n), block_size, 0, s>>>(n, alpha, x, y);
-  check_launch("scale");
-}
 template <class T>
 void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride, std::int64_t batch, T beta,
                     cudaStream_t s) {
@@ -183,7 +175,6 @@ template <class T> void fused_backward(const FusedProgram<T>& program, const T* 
 #define SHARDEX_INSTANTIATE(T)                                                                                        \
   template void fill<T>(T*, std::int64_t, T, cudaStream_t);                                                           \
   template void axpy<T>(std::int64_t, T, const T*, T*, cudaStream_t);                                                 \
-  template void scale<T>(std::int64_t, T, const T*, T*, cudaStream_t);                                                \
   template void scale_matrices<T>(T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, T,        \
                                   cudaStream_t);                                                                      \
   template void sum<T>(const T*, std::int64_t, T*, cudaStream_t);                                                     \

@@ -6,7 +6,7 @@
 ///
 /// Minimal complete definition, beyond `DeviceMemory` (lower/backend.hpp):
 /// - `communicator`, the backend its tensors' collectives go through;
-/// - `axpy`, `scale`, `sum` over flat arrays;
+/// - `axpy`, `sum` over flat arrays;
 /// - `gemm(GemmShape, alpha, a, b, beta, c)`: batched row-major products;
 /// - `transpose_2d`, `sum_middle`, `broadcast_middle`: the layout-free moves
 ///   of transpose and sum over one dim;
@@ -44,7 +44,6 @@ template <class D>
 concept Device = DeviceMemory<D> && requires(float* p, const float* q, std::int64_t n, const GemmShape& g) {
   typename D::communicator;
   D::axpy(n, 1.0f, q, p);
-  D::scale(n, 1.0f, q, p);
   { D::sum(q, n) } -> std::convertible_to<float>;
   D::gemm(g, 1.0f, q, q, 0.0f, p);
   D::transpose_2d(q, p, n, n);

@@ -74,16 +74,6 @@ const auto& chain_source(const E& e) {
   }
 }
 
-/// The user's steps of a chain, innermost first: "reduce_scatter P(sum) -> S(1)[dyn]".
-template <class E>
-void chain_steps(const E& e, std::vector<std::string>& out) {
-  if constexpr (is_redistribute<E>::value) {
-    chain_steps(e.arg(), out);
-    out.push_back(std::string(e.name()) + " " + layout_name<typename E::source_layout>() + " -> " +
-                  layout_name<typename E::layout_type>());
-  }
-}
-
 /// The sharded mappings *inside* a chain (the ones a simplification removes;
 /// the target's own is checked by its table entry) are checked too: a chain
 /// with bad lengths is an error, not silently skipped. Returns the first

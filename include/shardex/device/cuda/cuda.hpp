@@ -65,11 +65,6 @@ struct Cuda {
     cuda::kernels::axpy(n, alpha, x, y, cuda::compute_stream());
   }
 
-  template <class T>
-  static void scale(std::int64_t n, T alpha, const T* x, T* y) {
-    cuda::kernels::scale(n, alpha, x, y, cuda::compute_stream());
-  }
-
   /// The sum of n elements, returned to the host (waits for it).
   template <class T>
   static T sum(const T* x, std::int64_t n) {

@@ -17,7 +17,6 @@ template <class T> void fill(T* p, std::int64_t n, T v, cudaStream_t s);
 /// y += alpha * x
 template <class T> void axpy(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s);
 /// y = alpha * x (y may be x)
-template <class T> void scale(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s);
 /// `batch` matrices of m x n with row stride ld, `stride` apart: c *= beta (0: set to zero).
 template <class T>
 void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride, std::int64_t batch, T beta,

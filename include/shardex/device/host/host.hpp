@@ -68,12 +68,6 @@ struct Host {
     for (std::int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
   }
 
-  /// y = alpha * x over n elements (y may be x).
-  template <class T>
-  static void scale(std::int64_t n, T alpha, const T* x, T* y) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
-  }
-
   /// The sum of n elements (pairwise through Eigen's reduction).
   template <class T>
   static T sum(const T* x, std::int64_t n);
