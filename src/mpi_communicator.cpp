@@ -269,6 +269,12 @@ void Communicator::all_reduce_min(std::int64_t* buf, int count) const {
 struct Group::State {
   std::vector<MPI_Request> requests;
   std::vector<int> recv_from;  // per request: the peer of a receive, or -1
+  /// Room for one more request in both lists, made before the MPI call, so
+  /// that a request in flight is never left out of them by a failed allocation.
+  void make_room() {
+    if (requests.size() == requests.capacity()) requests.reserve(2 * requests.size() + 8);
+    if (recv_from.size() == recv_from.capacity()) recv_from.reserve(2 * recv_from.size() + 8);
+  }
 };
 
 Group::Group(const Communicator& c) : comm_(&c), state_(std::make_unique<State>()) {}
@@ -314,6 +320,7 @@ MPI_Comm point_to_point(const Communicator& c, const std::string& refused, const
 void Group::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
+  state_->make_room();
   check(MPI_Ibcast(buf, to_count(count, "MPI_Ibcast"), t, root, need(comm_->native(), "MPI_Ibcast"), &r), "MPI_Ibcast");
   state_->requests.push_back(r);
   state_->recv_from.push_back(-1);
@@ -322,6 +329,7 @@ void Group::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) {
 void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt, int root) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
+  state_->make_room();
   check(MPI_Ireduce(send, recv, to_count(count, "MPI_Ireduce"), t, MPI_SUM, root, need(comm_->native(), "MPI_Ireduce"), &r),
         "MPI_Ireduce");
   state_->requests.push_back(r);
@@ -331,6 +339,7 @@ void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype d
 void Group::send_raw(const void* buf, std::int64_t count, Dtype dt, int peer) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
+  state_->make_room();
   const MPI_Comm c = point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Isend");
   check(MPI_Isend(buf, to_count(count, "MPI_Isend"), t, peer, 0, c, &r), "MPI_Isend");
   state_->requests.push_back(r);
@@ -340,6 +349,7 @@ void Group::send_raw(const void* buf, std::int64_t count, Dtype dt, int peer) {
 void Group::recv_raw(void* buf, std::int64_t count, Dtype dt, int peer) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
+  state_->make_room();
   const MPI_Comm c = point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Irecv");
   check(MPI_Irecv(buf, to_count(count, "MPI_Irecv"), t, peer, 0, c, &r), "MPI_Irecv");
   state_->requests.push_back(r);

@@ -57,7 +57,11 @@ Environment::~Environment() {
   if (trace::enabled()) {  // SHARDEX_TRACE, or a trace never stopped: merged and written now
     const watchdog::Armed armed("the trace's merge (shardex::trace::stop in Environment's destructor)",
                                 "MPI_COMM_WORLD (a peer returned without reaching it)", watchdog::default_timeout());
-    trace::stop();
+    try {
+      trace::stop();
+    } catch (const std::exception& e) {  // a destructor: report, and finalize anyway
+      std::fprintf(stderr, "[shardex] trace: not written: %s\n", e.what());
+    }
   }
   // A rank that returns from main while its peers still wait in a collective
   // (or never reach MPI_Finalize) would wait here forever: watched.

@@ -36,7 +36,6 @@ struct State {
   std::vector<Event> events;
   std::string path;
   std::int64_t clock_offset_ns = 0;  // add to this rank's clock to get rank 0's
-  bool from_environment = false;
 };
 State& state() {
   static State s;
@@ -151,34 +150,45 @@ std::int64_t stop() {
     origin = s.events.empty() ? detail::now_ns() + s.clock_offset_ns : s.events.front().start_ns + s.clock_offset_ns;
     for (const Event& e : s.events) origin = std::min(origin, e.start_ns + s.clock_offset_ns);
   }
-  std::int64_t count = static_cast<std::int64_t>(s.events.size());
+  std::int64_t count = 0;
+  {
+    std::lock_guard lock(s.mutex);
+    count = static_cast<std::int64_t>(s.events.size());
+  }
   std::string mine;
 #if SHARDEX_WITH_MPI
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Allreduce(MPI_IN_PLACE, &origin, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
-  mine = events_json(rank, origin);
-  int len = static_cast<int>(mine.size());
+  // Every rank's text is non-empty (its process name): ranks after 0 lead with the comma.
+  mine = (rank == 0 ? "" : ",") + events_json(rank, origin);
+  // MPI's counts are ints: a trace over 2 GiB of text is not merged (one agreed verdict).
+  std::int64_t mine_len = static_cast<std::int64_t>(mine.size()), total = mine_len;
+  MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (total > 2147483647) {
+    {
+      std::lock_guard lock(s.mutex);
+      s.events.clear();
+    }
+    if (rank == 0)
+      std::fprintf(stderr, "[shardex] trace: %lld bytes of events, more than one MPI call can gather; %s not written (trace a shorter part with trace::start/stop)\n",
+                   static_cast<long long>(total), s.path.c_str());
+    return 0;
+  }
+  const int len = static_cast<int>(mine_len);
   std::vector<int> lens(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
   MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   std::string all;
   if (rank == 0) {
-    std::int64_t total = 0;
-    for (int r = 0; r < size; ++r) displs[static_cast<std::size_t>(r)] = static_cast<int>(total), total += lens[static_cast<std::size_t>(r)];
+    int at = 0;
+    for (int r = 0; r < size; ++r) displs[static_cast<std::size_t>(r)] = at, at += lens[static_cast<std::size_t>(r)];
     all.resize(static_cast<std::size_t>(total));
   }
   MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
   std::int64_t events_total = count;
   MPI_Reduce(&count, &events_total, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    std::string body;
-    for (int r = 0, at = 0; r < size; ++r) {
-      const int n = lens[static_cast<std::size_t>(r)];
-      if (!body.empty() && n > 0) body += ',';
-      body.append(all, static_cast<std::size_t>(at), static_cast<std::size_t>(n));
-      at += n;
-    }
-    mine.swap(body);
+    mine.swap(all);
     count = events_total;
   }
 #else
@@ -198,10 +208,18 @@ std::int64_t stop() {
 }
 
 void start_from_environment() {
-  const char* path = std::getenv("SHARDEX_TRACE");
-  if (path == nullptr || *path == '\0' || enabled()) return;
+  const char* env = std::getenv("SHARDEX_TRACE");
+  std::string path = env ? env : "";
+#if SHARDEX_WITH_MPI
+  // Rank 0's setting counts: mpirun does not pass every variable to other
+  // hosts, and ranks that disagreed would meet in different collectives.
+  std::int64_t len = static_cast<std::int64_t>(path.size());
+  MPI_Bcast(&len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  path.resize(static_cast<std::size_t>(len));
+  MPI_Bcast(path.data(), static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+#endif
+  if (path.empty() || enabled()) return;
   start(path);
-  state().from_environment = true;
 }
 
 }  // namespace shardex::trace

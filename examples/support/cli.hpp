@@ -22,6 +22,11 @@
 
 namespace example {
 
+/// A bad command line: the same on every rank, so rank 0 alone reports it.
+struct usage_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 /// --name value flags with defaults; unknown flags are an error.
 class Flags {
 public:
@@ -34,10 +39,10 @@ public:
       }
       const auto eq = a.find('=');
       std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2), value;
-      if (a.rfind("--", 0) != 0 || !values_.count(key)) throw std::invalid_argument("unknown flag " + a + usage());
+      if (a.rfind("--", 0) != 0 || !values_.count(key)) throw usage_error("unknown flag " + a + usage());
       if (eq != std::string::npos) value = a.substr(eq + 1);
       else if (i + 1 < argc) value = argv[++i];
-      else throw std::invalid_argument("flag " + a + " needs a value");
+      else throw usage_error("flag " + a + " needs a value");
       values_[key] = value;
     }
   }
@@ -79,8 +84,8 @@ std::vector<double> speeds(const shardex::mpi::Communicator& comm, const Flags& 
   for (std::string item; std::getline(ss, item, ',');) w.push_back(std::stod(item));
   if (w.empty()) w.assign(static_cast<std::size_t>(ranks), 1.0);
   if (static_cast<int>(w.size()) != ranks)
-    throw std::invalid_argument("--speeds gives " + std::to_string(w.size()) + " speeds for " + std::to_string(ranks) +
-                                " ranks: give one per rank, or auto");
+    throw usage_error("--speeds gives " + std::to_string(w.size()) + " speeds for " + std::to_string(ranks) +
+                      " ranks: give one per rank, or auto");
   return w;
 }
 
@@ -112,13 +117,18 @@ inline double learning_rate(const Flags& f, double per_hidden) {
   return f.real("lr");
 }
 
+/// A loss that stopped being finite (the same on every rank: the loss is Invariant).
+struct diverged : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// Stops a run whose loss is no longer finite, with the likely cause.
 inline void check_finite_loss(double loss, std::int64_t step, double lr) {
   if (std::isfinite(loss)) return;
   std::ostringstream s;
   s << "the loss is " << loss << " at step " << step << ": training diverged; lower the learning rate (--lr, now " << lr
     << ")";
-  throw std::runtime_error(s.str());
+  throw diverged(s.str());
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -220,7 +230,6 @@ constexpr double tolerance = std::same_as<T, double> ? 1e-10 : 1e-4;
 /// difference is within the tolerance on every rank and the loss went down.
 template <class T>
 int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const Run<T>& whole, const Flags& f) {
-  write_log(comm, f, sharded, whole);
   const std::int64_t batches = f.integer("batches");
   const double tol = tolerance<T>;
   double worst = sharded.last.size() == whole.last.size() ? 0 : INFINITY;
@@ -232,6 +241,7 @@ int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const
   }
   std::int64_t bad[1] = {worst <= tol ? 0 : -1};
   comm.all_reduce_min(bad, 1);  // any rank out of tolerance fails all
+  write_log(comm, f, sharded, whole);  // after the last collective: a path rank 0 cannot write fails there alone
   const auto& losses = sharded.losses;
   if (losses.empty()) {
     if (comm.rank() == 0) std::cout << "no step ran (--steps 0): nothing to compare\n";
@@ -256,7 +266,7 @@ template <class F>
 int with_dtype(const Flags& f, F&& body) {
   if (f.str("dtype") == "float") return body(float{});
   if (f.str("dtype") == "double") return body(double{});
-  throw std::invalid_argument("--dtype must be float or double");
+  throw usage_error("--dtype must be float or double");
 }
 
 /// The examples' main: MPI, flags (plus --backend), --help, errors as
@@ -277,7 +287,7 @@ int main(int argc, char** argv, const char* about, std::map<std::string, std::st
     }
     const std::string backend = f.str("backend");
     if (backend == "mpi") return with_dtype(f, [&](auto t) { return body(comm, f, t, shardex::Host{}); });
-    if (backend != "nccl") throw std::invalid_argument("--backend must be mpi or nccl, not " + backend);
+    if (backend != "nccl") throw usage_error("--backend must be mpi or nccl, not " + backend);
 #if defined(SHARDEX_WITH_GPU)
     if (const std::string why = shardex::nccl::unavailable_reason(comm); !why.empty()) {
       if (comm.rank() == 0) std::cout << about << ": --backend nccl skipped: " << why << "\n";
@@ -285,15 +295,16 @@ int main(int argc, char** argv, const char* about, std::map<std::string, std::st
     }
     return with_dtype(f, [&](auto t) { return body(comm, f, t, shardex::Cuda{}); });
 #else
-    throw std::invalid_argument("--backend nccl: this build has no GPU backend (nvcc, cuBLAS or NCCL were not found when "
+    throw usage_error("--backend nccl: this build has no GPU backend (nvcc, cuBLAS or NCCL were not found when "
                                 "it was configured, or -Dcuda=disabled)");
 #endif
   } catch (const std::exception& e) {
     // Printed once, not once per rank: an error every rank meets alike (a
-    // flag, a diverged loss) by rank 0; a shardex error by the rank that found
-    // it (the others' copies say "reported by rank N").
+    // bad flag, a diverged loss: the loss is the same on every rank) by rank
+    // 0; any other by the rank that found it (the others' copies of an agreed
+    // shardex error say "reported by rank N").
     const std::string what = e.what();
-    const bool alike = dynamic_cast<const shardex::error*>(&e) == nullptr;
+    const bool alike = dynamic_cast<const usage_error*>(&e) != nullptr || dynamic_cast<const diverged*>(&e) != nullptr;
     if (alike ? comm.rank() == 0 : what.find("(reported by rank ") == std::string::npos)
       std::cerr << about << (alike ? std::string() : " (rank " + std::to_string(comm.rank()) + ")") << ": " << what << "\n";
     return 2;

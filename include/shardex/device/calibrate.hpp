@@ -89,14 +89,25 @@ std::vector<double> measure_speeds(const Comm& comm, const CalibrationOptions& o
   const auto& control = detail::control_of(comm);
   const int n = control.size();
   double mine = 0;
+  std::string failed;  // this rank's measurement failed (e.g. out of memory): agreed below, not a hang
+  const auto measure = [&] {
+    try {
+      mine = detail::gemm_speed<Dev, T>(o);
+    } catch (const std::exception& e) {
+      failed = "shardex::measure_speeds on rank " + std::to_string(control.rank()) + ": " + e.what();
+    }
+  };
   if (o.in_turn) {
     for (int r = 0; r < n; ++r) {  // one rank at a time; the others wait in the barrier
-      if (r == control.rank()) mine = detail::gemm_speed<Dev, T>(o);
+      if (r == control.rank()) measure();
       control.barrier();
     }
   } else {
-    mine = detail::gemm_speed<Dev, T>(o);
+    measure();
   }
+  detail::Signature sig;
+  sig.add("shardex::measure_speeds");
+  detail::agree(control, failed, sig, [] { return std::string("shardex::measure_speeds"); });
   std::vector<double> speeds(static_cast<std::size_t>(n));
   control.all_gather(&mine, speeds.data(), 1);
   return speeds;
