@@ -12,6 +12,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plotting  # noqa: E402  (beside this file)
+
 
 def main():
     exe, plot, mpirun, mpirun_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
@@ -34,19 +37,7 @@ def main():
         if problems:
             return 1
         print(f"ok   --log: {len(rows)} steps, sharded loss equal to the unsharded one")
-        # Debian's matplotlib is for the system python; a python from PATH may lack it.
-        for py in ("/usr/bin/python3", sys.executable):
-            if os.path.exists(py) and subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0:
-                png = os.path.join(tmp, "run.png")
-                subprocess.run([py, plot, log, "-o", png], check=True, stdout=subprocess.DEVNULL)
-                size = os.path.getsize(png)
-                if size < 10000:
-                    print(f"FAIL plot: {png} is only {size} bytes")
-                    return 1
-                print(f"ok   plot: {size} bytes of PNG")
-                return 0
-        print("SKIP plot: matplotlib is not installed (Debian: python3-matplotlib)")
-        return 0
+        return plotting.draw(plot, log, tmp)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ import os
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plotting  # noqa: E402  (beside this file)
 from collections import Counter
 
 
@@ -49,14 +52,7 @@ def main():
         if problems:
             return 1
         print(f"ok   trace: {len(events)} events, {ranks} ranks, {2 * steps + 3} collectives per rank on the world communicator")
-        for py in ("/usr/bin/python3", sys.executable):
-            if os.path.exists(py) and subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0:
-                png = os.path.join(tmp, "run.png")
-                subprocess.run([py, plot, path, "-o", png], check=True, stdout=subprocess.DEVNULL)
-                print(f"ok   plot: {os.path.getsize(png)} bytes of PNG")
-                return 0 if os.path.getsize(png) > 10000 else 1
-        print("SKIP plot: matplotlib is not installed (Debian: python3-matplotlib)")
-        return 0
+        return plotting.draw(plot, path, tmp)
 
 
 if __name__ == "__main__":
