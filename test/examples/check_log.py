@@ -32,12 +32,8 @@ def main():
                 problems.append(f"step {r['step']}: loss {a} but the unsharded model's {b}")
             if not float(r["step_ms"]) > 0:
                 problems.append(f"step {r['step']}: time {r['step_ms']} ms")
-        for p in problems:
-            print("FAIL --log:", p)
-        if problems:
-            return 1
-        print(f"ok   --log: {len(rows)} steps, sharded loss equal to the unsharded one")
-        return plotting.draw(plot, log, tmp)
+        return plotting.verdict_then_draw("--log", problems, f"{len(rows)} steps, sharded loss equal to the unsharded one",
+                                          plot, log, tmp)
 
 
 if __name__ == "__main__":

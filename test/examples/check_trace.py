@@ -47,12 +47,9 @@ def main():
                         break
         if any(e["dur"] < 0 or e["ts"] < 0 for e in events):
             problems.append("negative times")
-        for p in problems[:10]:
-            print("FAIL trace:", p)
-        if problems:
-            return 1
-        print(f"ok   trace: {len(events)} events, {ranks} ranks, {2 * steps + 3} collectives per rank on the world communicator")
-        return plotting.draw(plot, path, tmp)
+        return plotting.verdict_then_draw(
+            "trace", problems,
+            f"{len(events)} events, {ranks} ranks, {2 * steps + 3} collectives per rank on the world communicator", plot, path, tmp)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""What check_log.py and check_trace.py share: drawing a file with one of the
-scripts/plot_*.py scripts where matplotlib is installed."""
+"""What check_log.py and check_trace.py share: their verdict on a file, then
+drawing it with one of the scripts/plot_*.py scripts where matplotlib is installed."""
 import os
 import subprocess
 import sys
@@ -22,3 +22,14 @@ def draw(plot_script, data, tmp):
             return 0
     print("SKIP plot: matplotlib is not installed (Debian: python3-matplotlib)")
     return 0
+
+
+def verdict_then_draw(what, problems, ok_line, plot_script, data, tmp):
+    """Prints the problems found in DATA (FAIL, at most 10) and returns 1, or
+    prints OK_LINE and draws DATA (see draw)."""
+    for p in problems[:10]:
+        print(f"FAIL {what}:", p)
+    if problems:
+        return 1
+    print(f"ok   {what}: {ok_line}")
+    return draw(plot_script, data, tmp)
