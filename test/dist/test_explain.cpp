@@ -3,9 +3,9 @@
 // (expr/redistribute.hpp), with each collective's resolved strategy and the
 // bytes this rank puts into it. Then each expression is evaluated, and
 //  - evaluating runs what explain said: the ops recorded in the result's
-//    autodiff graph (autodiff/node.hpp, Node::op) are the plan's steps;
+//    autodiff graph (tensor/grad_node.hpp, Node::op) are the plan's steps;
 //  - the values and the gradients equal those of the chain as the user wrote
-//    it, one transition per call (the eager spelling, ops/eager.hpp).
+//    it, one transition per call (the eager spelling, eager/eager.hpp).
 //
 // Integer-valued data, so that every comparison is exact in float and double.
 // Lengths with zeros, two different lists per world size (1 to 4 ranks).

@@ -4,7 +4,7 @@
 // sum(all_gather(p, s)) / 4.0;`), which evaluates it. For every case: each
 // rank's exact loss, every element of the gradient, and the layouts
 // (static_assert). test_reference.cpp checks the same values in the eager
-// spelling (ops/eager.hpp), with more lowerings and element types.
+// spelling (eager/eager.hpp), with more lowerings and element types.
 //
 // The reference's all_gather / reduce_scatter lower `padded`; its
 // *_by_group_call are Strategy::per_root; automatic is shardex's choice.

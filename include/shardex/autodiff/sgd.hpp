@@ -9,7 +9,7 @@
 
 #include <concepts>
 
-#include "shardex/device/tensor.hpp"
+#include "shardex/tensor/tensor.hpp"
 
 namespace shardex {
 

@@ -23,7 +23,7 @@
 #include "shardex/device/device.hpp"
 #include "shardex/device/host/host.hpp"
 #include "shardex/layout/lengths.hpp"
-#include "shardex/transition/agree.hpp"
+#include "shardex/core/agree.hpp"
 
 namespace shardex {
 

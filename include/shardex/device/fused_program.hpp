@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "shardex/core/host_device.hpp"
-#include "shardex/expr/elementwise_ops.hpp"
+#include "shardex/device/elementwise_ops.hpp"
 
 namespace shardex {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "shardex/device/fused_program.hpp"
-#include "shardex/expr/elementwise_ops.hpp"
+#include "shardex/device/elementwise_ops.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
 

@@ -18,7 +18,7 @@
 #include <concepts>
 #include <type_traits>
 
-#include "shardex/device/tensor.hpp"
+#include "shardex/tensor/tensor.hpp"
 
 namespace shardex {
 

@@ -26,7 +26,7 @@
 #include "shardex/lower/all_to_all.hpp"
 #include "shardex/lower/reduce_scatter.hpp"
 #include "shardex/lower/reshard.hpp"
-#include "shardex/transition/agree.hpp"
+#include "shardex/core/agree.hpp"
 #include "shardex/transition/transition.hpp"
 
 namespace shardex {

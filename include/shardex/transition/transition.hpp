@@ -16,7 +16,7 @@
 #include <string>
 #include <type_traits>
 
-#include "shardex/device/tensor.hpp"
+#include "shardex/tensor/tensor.hpp"
 #include "shardex/layout/layouts.hpp"
 #include "shardex/layout/mapping.hpp"
 #include "shardex/lower/strategy.hpp"

@@ -1,19 +1,20 @@
 #pragma once
 /// @file
-/// @brief The reverse-mode graph: a `Node` per differentiable tensor, pointing
-/// at the nodes of its inputs; `TensorNode` holds the gradient (in the dual
-/// layout) and the rule that pushes it to the inputs. Each rule is recorded by
-/// the operation that made the tensor (transition/differentiable.hpp for the
-/// transitions, expr/ for local math), so nobody writes a backward by hand at
-/// the call site.
+/// @brief A node of the reverse-mode graph: a `Node` per differentiable
+/// tensor, pointing at the nodes of its inputs; `TensorNode` holds the
+/// gradient (in the dual layout) and the rule that pushes it to the inputs.
+/// Each rule is recorded by the operation that made the tensor (transition/
+/// for the transitions, expr/ for local math), so nobody writes a backward by
+/// hand at the call site. The node is part of the tensor (this floor); the
+/// pass that walks the graph is `backward()` (autodiff/backward.hpp, above).
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <unordered_set>
 #include <vector>
 
-#include "shardex/device/tensor_fwd.hpp"
+#include "shardex/tensor/tensor_fwd.hpp"
 
 namespace shardex::autodiff {
 
@@ -74,27 +75,5 @@ public:
     }
   }
 };
-
-/// Every node reachable from `root`, inputs before the nodes that use them.
-/// The order depends only on the graph, so it is the same on every rank and
-/// the collectives of the backward pass line up.
-inline std::vector<Node*> topological_order(Node* root) {
-  std::vector<Node*> order;
-  std::vector<std::pair<Node*, std::size_t>> stack{{root, 0}};
-  std::unordered_set<Node*> seen{root};
-  while (!stack.empty()) {
-    auto& [n, next] = stack.back();
-    if (next < n->inputs.size()) {
-      Node* child = n->inputs[next++].get();
-      if (seen.insert(child).second) {
-        stack.emplace_back(child, 0);
-      }
-    } else {
-      order.push_back(n);
-      stack.pop_back();
-    }
-  }
-  return order;
-}
 
 }  // namespace shardex::autodiff

@@ -26,16 +26,16 @@
 #include <utility>
 #include <vector>
 
-#include "shardex/autodiff/node.hpp"
+#include "shardex/core/agree.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/core/shape.hpp"
 #include "shardex/core/trace.hpp"
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
-#include "shardex/device/tensor_fwd.hpp"
 #include "shardex/layout/layouts.hpp"
 #include "shardex/layout/mapping.hpp"
-#include "shardex/transition/agree.hpp"
+#include "shardex/tensor/grad_node.hpp"
+#include "shardex/tensor/tensor_fwd.hpp"
 
 namespace shardex {
 
@@ -530,42 +530,5 @@ private:
   std::shared_ptr<node_type> node_;
   bool valid_ = false;  // made by a factory, a view or an expression; false when default-constructed or moved from
 };
-
-/// Fills the gradient of every differentiable tensor `loss` depends on.
-/// The objective is the sum over ranks of each rank's local loss (an
-/// Invariant loss counts once), so the seed is 1 on every rank. Collective:
-/// every rank calls it on the same graph.
-template <Scalar T, LayoutTag L, class Device>
-void backward(const Tensor<T, L, Device>& loss) {
-  loss.require_valid("shardex::backward(loss)");
-  if (loss.shape().numel() != 1)
-    throw invalid_argument("shardex::backward(loss): the loss must hold one element, but it is " + loss.describe());
-  if (!loss.node()) throw error("shardex::backward(loss): the loss does not depend on any tensor that requires_grad()");
-  auto order = autodiff::topological_order(loss.node().get());
-  // One agreement for the whole pass, on every collective it will make, in
-  // order: the per-call agreements inside it are then skipped. Their inputs
-  // are gradients the library made in the dual layouts of tensors already
-  // checked forward, so a rank's own check cannot fail where a peer's passes.
-  detail::Signature plan;
-  plan.add("shardex::backward");
-  std::int64_t calls = 0;
-  for (auto it = order.rbegin(); it != order.rend(); ++it)
-    if ((*it)->backward_call != 0) plan.add((*it)->backward_call), ++calls;
-  plan.add(calls);
-  detail::agree(loss.comm(), "", plan, [&] {
-    return "shardex::backward(loss) on rank " + std::to_string(loss.rank()) + " of " + std::to_string(loss.world_size()) +
-           " (" + std::to_string(calls) + " collectives; loss " + loss.describe() + ")";
-  });
-  const detail::AgreedPlan agreed;
-  trace::Span pass("backward", "backward(loss)");
-  loss.node()->seed();
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    {
-      trace::Span step("backward", (*it)->op);  // the node's adjoint (its transitions are spans of their own)
-      (*it)->propagate();
-    }
-    (*it)->release();
-  }
-}
 
 }  // namespace shardex

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "shardex/device/tensor.hpp"
+#include "shardex/tensor/tensor.hpp"
 
 namespace shardex {
 

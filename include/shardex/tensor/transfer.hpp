@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "shardex/core/error.hpp"
-#include "shardex/device/tensor.hpp"
-#include "shardex/transition/agree.hpp"
+#include "shardex/tensor/tensor.hpp"
+#include "shardex/core/agree.hpp"
 
 namespace shardex {
 

@@ -1,0 +1,84 @@
+#pragma once
+/// @file
+/// @brief `backward(loss)`: the reverse pass over the graph of `TensorNode`s
+/// (tensor/grad_node.hpp) that the operations recorded, in an order that is
+/// the same on every rank, with one cross-rank agreement for the whole pass.
+
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "shardex/core/agree.hpp"
+#include "shardex/core/error.hpp"
+#include "shardex/core/trace.hpp"
+#include "shardex/tensor/grad_node.hpp"
+#include "shardex/tensor/tensor.hpp"
+
+namespace shardex {
+
+namespace autodiff {
+
+/// Every node reachable from `root`, inputs before the nodes that use them.
+/// The order depends only on the graph, so it is the same on every rank and
+/// the collectives of the backward pass line up.
+inline std::vector<Node*> topological_order(Node* root) {
+  std::vector<Node*> order;
+  std::vector<std::pair<Node*, std::size_t>> stack{{root, 0}};
+  std::unordered_set<Node*> seen{root};
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    if (next < n->inputs.size()) {
+      Node* child = n->inputs[next++].get();
+      if (seen.insert(child).second) {
+        stack.emplace_back(child, 0);
+      }
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+}  // namespace autodiff
+
+/// Fills the gradient of every differentiable tensor `loss` depends on.
+/// The objective is the sum over ranks of each rank's local loss (an
+/// Invariant loss counts once), so the seed is 1 on every rank. Collective:
+/// every rank calls it on the same graph.
+template <Scalar T, LayoutTag L, class Device>
+void backward(const Tensor<T, L, Device>& loss) {
+  loss.require_valid("shardex::backward(loss)");
+  if (loss.shape().numel() != 1)
+    throw invalid_argument("shardex::backward(loss): the loss must hold one element, but it is " + loss.describe());
+  if (!loss.node()) throw error("shardex::backward(loss): the loss does not depend on any tensor that requires_grad()");
+  auto order = autodiff::topological_order(loss.node().get());
+  // One agreement for the whole pass, on every collective it will make, in
+  // order: the per-call agreements inside it are then skipped. Their inputs
+  // are gradients the library made in the dual layouts of tensors already
+  // checked forward, so a rank's own check cannot fail where a peer's passes.
+  detail::Signature plan;
+  plan.add("shardex::backward");
+  std::int64_t calls = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if ((*it)->backward_call != 0) plan.add((*it)->backward_call), ++calls;
+  plan.add(calls);
+  detail::agree(loss.comm(), "", plan, [&] {
+    return "shardex::backward(loss) on rank " + std::to_string(loss.rank()) + " of " + std::to_string(loss.world_size()) +
+           " (" + std::to_string(calls) + " collectives; loss " + loss.describe() + ")";
+  });
+  const detail::AgreedPlan agreed;
+  trace::Span pass("backward", "backward(loss)");
+  loss.node()->seed();
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    {
+      trace::Span step("backward", (*it)->op);  // the node's adjoint (its transitions are spans of their own)
+      (*it)->propagate();
+    }
+    (*it)->release();
+  }
+}
+
+}  // namespace shardex
