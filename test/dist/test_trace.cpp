@@ -63,7 +63,7 @@ TEST_CASE("trace: every collective of every rank is in the merged file, with its
     CHECK(occurrences(text, "\"name\":\"all_reduce\",\"cat\":\"collective\"") == 2 * n);  // forward, and replicate's adjoint
     CHECK(occurrences(text, "\"name\":\"slice\",\"cat\":\"local\"") == n);
     CHECK(occurrences(text, "\"name\":\"backward(loss)\",\"cat\":\"backward\"") == n);
-    CHECK(occurrences(text, "\"from\":\"S(0)[dyn] " + to_string(std::span<const std::int64_t>(lens)) + "\"") >= n);
+    CHECK(occurrences(text, "\"from\":\"S(0)" + to_string(std::span<const std::int64_t>(lens)) + "\"") >= n);
     CHECK(occurrences(text, "\"strategy\":\"") == 3 * n);
     CHECK(written == occurrences(text, "\"ph\":\"X\""));
     std::remove(path.c_str());

@@ -23,7 +23,11 @@ void cases(const mpi::Communicator& comm) {
   Tensor<float, Replicated> ok3 = replicate(i) * r;
   Tensor<float, Replicated> ok4 = all_gather(s1);
   auto ok5 = Tensor<float, S1>::zeros(comm, shape_c<5, 10>);
-  (void)ok1, (void)ok2, (void)ok3, (void)ok4, (void)ok5;
+  // One signature takes the lengths, static (none) or dynamic (a braced list), then a strategy.
+  auto ok6 = reduce_scatter<Sharded<0>>(p, {1, 1, 1, 1});
+  auto ok7 = reduce_scatter<S1>(p, Strategy::padded);
+  auto ok8 = all_to_all<Sharded<1>>(s0, {1, 2, 3, 4}, Strategy::padded);
+  (void)ok1, (void)ok2, (void)ok3, (void)ok4, (void)ok5, (void)ok6, (void)ok7, (void)ok8;
 #elif SHARDEX_FAIL_CASE == 1
   // expect: shardex::matmul(a, b) has no layout rule for these operands
   auto y = matmul(p, Tensor<float, Sharded<1>>::ones(comm, {10, 10}, layout_mapping<Sharded<1>>({1, 2, 3, 4})));
@@ -84,6 +88,12 @@ void cases(const mpi::Communicator& comm) {
 #elif SHARDEX_FAIL_CASE == 20
   // expect: no route in the transition table leads from x's layout to To
   Tensor<float, Invariant> y = redistribute<Invariant>(r);
+#elif SHARDEX_FAIL_CASE == 21
+  // expect: has dynamic lengths, so the call needs them: pass one length per rank
+  auto y = reduce_scatter<Sharded<0>>(p);
+#elif SHARDEX_FAIL_CASE == 22
+  // expect: has dynamic lengths, so the call needs them: pass one length per rank
+  auto y = eager::all_to_all<Sharded<1>>(s0, Strategy::padded);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

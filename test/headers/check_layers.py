@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Fails when a header includes one from a higher layer (README, "Layers").
+"""Fails when a header includes one from a higher layer (README, "Layers"),
+or when a static_assert's text is written anywhere but the catalogue.
 
 Input: the include/ folder. Each folder of include/shardex/ is one floor; a
 header may include headers of its own floor and of the floors below it, never
 one above. Output: exit status 0, or 1 with every offending include named
 (file, line, the two floors). A folder that is not on the list is an error
-too, so a new folder has to be given its floor.
+too, so a new folder has to be given its floor. Every static_assert message
+is a name from core/compile_errors.hpp, so that each text is written once.
 """
 import pathlib
 import re
@@ -14,6 +16,7 @@ import sys
 # Lowest first. The generated config.hpp sits with core.
 FLOORS = ["core", "layout", "lower", "backend", "device", "tensor", "autodiff",
           "transition", "expr", "eager", "top"]
+CATALOGUE = "shardex/core/compile_errors.hpp"
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](shardex[^>"]*)[>"]')
 
 
@@ -23,6 +26,17 @@ def floor_of(rel: str) -> str:
     if len(parts) <= 2:  # shardex.hpp, shardex/cuda.hpp, shardex/config.hpp
         return "core" if rel == "shardex/config.hpp" else "top"
     return parts[1]
+
+
+def literal_asserts(text: str):
+    """The line numbers of static_asserts whose arguments hold a string literal."""
+    for m in re.finditer(r"\bstatic_assert\s*\(", text):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        if '"' in text[m.end():i]:
+            yield text.count("\n", 0, m.start()) + 1
 
 
 def main() -> int:
@@ -38,7 +52,11 @@ def main() -> int:
         if mine not in FLOORS:
             problems.append(f"{rel}: folder '{mine}' has no floor; add it to FLOORS in {__file__}")
             continue
-        for n, line in enumerate(h.read_text().splitlines(), 1):
+        text = h.read_text()
+        if rel != CATALOGUE:
+            for n in literal_asserts(text):
+                problems.append(f"{rel}:{n}: a static_assert with its text written here; name it in {CATALOGUE}")
+        for n, line in enumerate(text.splitlines(), 1):
             m = INCLUDE.match(line)
             if not m or m.group(1).startswith("shardex/stop_here"):
                 continue

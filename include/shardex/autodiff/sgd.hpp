@@ -9,15 +9,14 @@
 
 #include <concepts>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/tensor/tensor.hpp"
 
 namespace shardex {
 
 template <Scalar T, LayoutTag L, class Dev>
 void sgd_update(Tensor<T, L, Dev>& p, double lr) {
-  static_assert(std::same_as<dual_t<L>, L>,
-                "shardex::sgd_step: a Replicated (or Partial) parameter's gradient is not in its own layout; make the "
-                "parameter Invariant and replicate(p) where it is used");
+  static_assert(std::same_as<dual_t<L>, L>, SHARDEX_ERR_SGD_PARAMETER_NOT_SELF_DUAL);
   if (p.has_grad()) Dev::axpy(p.size(), static_cast<T>(-lr), p.grad().data(), p.data());
   p.zero_grad();
 }

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
 
 namespace shardex {
@@ -96,7 +97,7 @@ inline std::string shape_problem(const Shape& s) {
 /// static and dynamic extents.
 template <std::int64_t... E>
 struct static_shape {
-  static_assert(((E >= 0) && ...), "shardex::shape_c<...> requires every extent to be >= 0");
+  static_assert(((E >= 0) && ...), SHARDEX_ERR_SHAPE_NEGATIVE_EXTENT);
   static constexpr int rank = sizeof...(E);
   static constexpr std::array<std::int64_t, sizeof...(E)> values{E...};
   constexpr operator Shape() const { return Shape{E...}; }  // NOLINT(google-explicit-constructor)

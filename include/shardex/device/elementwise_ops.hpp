@@ -5,47 +5,49 @@
 /// as FastAD pairs a function with its backward map. They compile for the
 /// CPU and the GPU alike (`SHARDEX_HD`), so the CUDA fused pass computes with
 /// the very same definitions as the host pass; `code` names each one in a
-/// fused program (device/fused_program.hpp).
+/// fused program (device/fused_program.hpp). The list of them, `all_ops` at
+/// the end, is the one place an operation is registered: the op codes and
+/// both interpreters of a fused program are generated from it.
 
+#include <type_traits>
+
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/core/host_device.hpp"
 
 namespace shardex::ops {
 
-/// The operations of a fused program: one per op type below, plus `leaf`.
-enum class OpCode : int { leaf, add, sub, mul, neg, scale, gelu, relu, tanh, exp };
-
 // ---- binary ----------------------------------------------------------------
 struct Add {
+  static constexpr int arity = 2;
   static constexpr const char* name = "add";
-  static constexpr OpCode code = OpCode::add;
   template <class T> SHARDEX_HD T f(T a, T b) const { return a + b; }
   template <class T> SHARDEX_HD void df(T, T, T g, T& ga, T& gb) const { ga += g; gb += g; }
 };
 struct Sub {
+  static constexpr int arity = 2;
   static constexpr const char* name = "sub";
-  static constexpr OpCode code = OpCode::sub;
   template <class T> SHARDEX_HD T f(T a, T b) const { return a - b; }
   template <class T> SHARDEX_HD void df(T, T, T g, T& ga, T& gb) const { ga += g; gb -= g; }
 };
 struct Mul {
+  static constexpr int arity = 2;
   static constexpr const char* name = "mul";
-  static constexpr OpCode code = OpCode::mul;
   template <class T> SHARDEX_HD T f(T a, T b) const { return a * b; }
   template <class T> SHARDEX_HD void df(T a, T b, T g, T& ga, T& gb) const { ga += g * b; gb += g * a; }
 };
 
 // ---- unary, linear -------------------------------------------------------------
 struct Neg {
+  static constexpr int arity = 1;
   static constexpr const char* name = "neg";
-  static constexpr OpCode code = OpCode::neg;
   static constexpr bool linear = true;
   template <class T> SHARDEX_HD T f(T a) const { return -a; }
   template <class T> SHARDEX_HD void df(T, T g, T& ga) const { ga -= g; }
 };
 /// x * alpha (alpha held as double; exact for float and double alike).
 struct Scale {
+  static constexpr int arity = 1;
   static constexpr const char* name = "scale";
-  static constexpr OpCode code = OpCode::scale;
   static constexpr bool linear = true;
   double alpha = 1.0;
   template <class T> SHARDEX_HD T f(T a) const { return static_cast<T>(alpha) * a; }
@@ -55,8 +57,8 @@ struct Scale {
 // ---- unary, non-linear ------------------------------------------------------------
 /// GeLU, tanh approximation (as Megatron and GPT-2 use).
 struct Gelu {
+  static constexpr int arity = 1;
   static constexpr const char* name = "gelu";
-  static constexpr OpCode code = OpCode::gelu;
   static constexpr bool linear = false;
   template <class T> SHARDEX_HD static T inner(T a) {
     const T c = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
@@ -71,15 +73,15 @@ struct Gelu {
   }
 };
 struct Relu {
+  static constexpr int arity = 1;
   static constexpr const char* name = "relu";
-  static constexpr OpCode code = OpCode::relu;
   static constexpr bool linear = false;
   template <class T> SHARDEX_HD T f(T a) const { return a > T(0) ? a : T(0); }
   template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += a > T(0) ? g : T(0); }
 };
 struct Tanh {
+  static constexpr int arity = 1;
   static constexpr const char* name = "tanh";
-  static constexpr OpCode code = OpCode::tanh;
   static constexpr bool linear = false;
   template <class T> SHARDEX_HD T f(T a) const { return math::tanh(a); }
   template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
@@ -88,11 +90,38 @@ struct Tanh {
   }
 };
 struct Exp {
+  static constexpr int arity = 1;
   static constexpr const char* name = "exp";
-  static constexpr OpCode code = OpCode::exp;
   static constexpr bool linear = false;
   template <class T> SHARDEX_HD T f(T a) const { return math::exp(a); }
   template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += g * math::exp(a); }
 };
+
+
+// ---- the list -------------------------------------------------------------------------
+template <class... Ops>
+struct op_list {
+  static constexpr int size = sizeof...(Ops);
+};
+/// Every element-wise operation. A new one is a struct above plus its name here.
+using all_ops = op_list<Add, Sub, Mul, Neg, Scale, Gelu, Relu, Tanh, Exp>;
+
+/// An instruction's operation in a fused program: 0 reads a leaf, 1 + i runs
+/// the i-th operation of `all_ops`.
+using OpCode = int;
+inline constexpr OpCode leaf_code = 0;
+
+namespace detail {
+template <class Op, class... Ops>
+constexpr OpCode code_in(op_list<Ops...>) {
+  OpCode code = 0, next = 1;
+  ((code = std::is_same_v<Op, Ops> ? next : code, ++next), ...);
+  return code;
+}
+}  // namespace detail
+
+template <class Op>
+inline constexpr OpCode code_of = detail::code_in<Op>(all_ops{});
+static_assert(code_of<Add> == 1 && code_of<Exp> == all_ops::size, SHARDEX_ERR_OP_CODES_FOLLOW_LIST);
 
 }  // namespace shardex::ops

@@ -19,10 +19,10 @@
 namespace shardex {
 
 struct FusedInstr {
-  ops::OpCode op = ops::OpCode::leaf;
+  ops::OpCode op = ops::leaf_code;  ///< ops::code_of<Op>, or leaf_code
   int a = 0, b = 0;  ///< operand slots (earlier instructions)
-  int leaf = 0;      ///< leaf index, for OpCode::leaf
-  double alpha = 1;  ///< for OpCode::scale
+  int leaf = 0;      ///< leaf index, for leaf_code
+  double alpha = 1;  ///< for ops::Scale
 };
 
 template <class T>
@@ -42,18 +42,7 @@ struct FusedProgram {
   SHARDEX_HD T values_at(std::int64_t i, T* v) const {
     for (int j = 0; j < n_instrs; ++j) {
       const FusedInstr& in = instr[j];
-      switch (in.op) {
-        case ops::OpCode::leaf: v[j] = leaf[in.leaf][leaf_index(in.leaf, i)]; break;
-        case ops::OpCode::add: v[j] = ops::Add{}.f(v[in.a], v[in.b]); break;
-        case ops::OpCode::sub: v[j] = ops::Sub{}.f(v[in.a], v[in.b]); break;
-        case ops::OpCode::mul: v[j] = ops::Mul{}.f(v[in.a], v[in.b]); break;
-        case ops::OpCode::neg: v[j] = ops::Neg{}.f(v[in.a]); break;
-        case ops::OpCode::scale: v[j] = ops::Scale{in.alpha}.f(v[in.a]); break;
-        case ops::OpCode::gelu: v[j] = ops::Gelu{}.f(v[in.a]); break;
-        case ops::OpCode::relu: v[j] = ops::Relu{}.f(v[in.a]); break;
-        case ops::OpCode::tanh: v[j] = ops::Tanh{}.f(v[in.a]); break;
-        case ops::OpCode::exp: v[j] = ops::Exp{}.f(v[in.a]); break;
-      }
+      v[j] = in.op == ops::leaf_code ? leaf[in.leaf][leaf_index(in.leaf, i)] : forward(ops::all_ops{}, in, v);
     }
     return v[n_instrs - 1];
   }
@@ -76,22 +65,38 @@ struct FusedProgram {
     adj[n_instrs - 1] = g;
     for (int j = n_instrs - 1; j >= 0; --j) {
       const FusedInstr& in = instr[j];
-      const T gj = adj[j];
-      switch (in.op) {
-        case ops::OpCode::leaf:
-          if (leaf_grad[in.leaf]) add(leaf_grad[in.leaf] + leaf_index(in.leaf, i), gj, leaf_mod[in.leaf] != 0);
-          break;
-        case ops::OpCode::add: ops::Add{}.df(v[in.a], v[in.b], gj, adj[in.a], adj[in.b]); break;
-        case ops::OpCode::sub: ops::Sub{}.df(v[in.a], v[in.b], gj, adj[in.a], adj[in.b]); break;
-        case ops::OpCode::mul: ops::Mul{}.df(v[in.a], v[in.b], gj, adj[in.a], adj[in.b]); break;
-        case ops::OpCode::neg: ops::Neg{}.df(v[in.a], gj, adj[in.a]); break;
-        case ops::OpCode::scale: ops::Scale{in.alpha}.df(v[in.a], gj, adj[in.a]); break;
-        case ops::OpCode::gelu: ops::Gelu{}.df(v[in.a], gj, adj[in.a]); break;
-        case ops::OpCode::relu: ops::Relu{}.df(v[in.a], gj, adj[in.a]); break;
-        case ops::OpCode::tanh: ops::Tanh{}.df(v[in.a], gj, adj[in.a]); break;
-        case ops::OpCode::exp: ops::Exp{}.df(v[in.a], gj, adj[in.a]); break;
+      if (in.op != ops::leaf_code) {
+        backward(ops::all_ops{}, in, v, adj[j], adj);
+      } else if (leaf_grad[in.leaf]) {
+        add(leaf_grad[in.leaf] + leaf_index(in.leaf, i), adj[j], leaf_mod[in.leaf] != 0);
       }
     }
+  }
+
+private:
+  // The two interpreters, generated from ops::all_ops: instruction code c runs
+  // the (c-1)-th operation of the list (the last one without a test, as a
+  // switch's default would).
+  template <class Op>
+  SHARDEX_HD static Op op_of(const FusedInstr& in) {
+    if constexpr (requires(Op op) { op.alpha; }) return Op{in.alpha};
+    else return Op{};
+  }
+  template <int Code = 1, class Op, class... Rest>
+  SHARDEX_HD static T forward(ops::op_list<Op, Rest...>, const FusedInstr& in, const T* v) {
+    if constexpr (sizeof...(Rest) > 0) {
+      if (in.op != Code) return forward<Code + 1>(ops::op_list<Rest...>{}, in, v);
+    }
+    if constexpr (Op::arity == 2) return op_of<Op>(in).f(v[in.a], v[in.b]);
+    else return op_of<Op>(in).f(v[in.a]);
+  }
+  template <int Code = 1, class Op, class... Rest>
+  SHARDEX_HD static void backward(ops::op_list<Op, Rest...>, const FusedInstr& in, const T* v, T g, T* adj) {
+    if constexpr (sizeof...(Rest) > 0) {
+      if (in.op != Code) return backward<Code + 1>(ops::op_list<Rest...>{}, in, v, g, adj);
+    }
+    if constexpr (Op::arity == 2) op_of<Op>(in).df(v[in.a], v[in.b], g, adj[in.a], adj[in.b]);
+    else op_of<Op>(in).df(v[in.a], g, adj[in.a]);
   }
 };
 

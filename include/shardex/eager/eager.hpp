@@ -33,15 +33,13 @@ Tensor<T, To, Dev> all_gather(const Tensor<T, L, Dev>& x, Strategy s = Strategy:
 }
 
 template <ShardedLayout To, Scalar T, class Dev>
-  requires To::has_static_lengths
-Tensor<T, To, Dev> reduce_scatter(const Tensor<T, Partial, Dev>& x, Strategy s = Strategy::automatic) {
-  return eval(shardex::reduce_scatter<To>(x, s));
+Tensor<T, To, Dev> reduce_scatter(const Tensor<T, Partial, Dev>& x, layout_mapping<To> to = lengths_from_type<To>(),
+                                  Strategy s = Strategy::automatic) {
+  return eval(shardex::reduce_scatter<To>(x, std::move(to), s));
 }
 template <ShardedLayout To, Scalar T, class Dev>
-  requires(!To::has_static_lengths)
-Tensor<T, To, Dev> reduce_scatter(const Tensor<T, Partial, Dev>& x, std::vector<std::int64_t> lengths,
-                                  Strategy s = Strategy::automatic) {
-  return eval(shardex::reduce_scatter<To>(x, std::move(lengths), s));
+Tensor<T, To, Dev> reduce_scatter(const Tensor<T, Partial, Dev>& x, Strategy s) {
+  return eval(shardex::reduce_scatter<To>(x, lengths_from_type<To>(), s));
 }
 
 template <LayoutTag To = Replicated, Scalar T, LayoutTag L, class Dev>
@@ -49,14 +47,19 @@ Tensor<T, To, Dev> all_reduce(const Tensor<T, L, Dev>& x) {
   return eval(shardex::all_reduce<To>(x));
 }
 
-template <ShardedLayout To, Scalar T, LayoutTag L, class Dev, class... Lengths>
-Tensor<T, To, Dev> dynamic_slice(const Tensor<T, L, Dev>& x, Lengths&&... lengths) {
-  return eval(shardex::slice<To>(x, std::forward<Lengths>(lengths)...));
+template <ShardedLayout To, Scalar T, LayoutTag L, class Dev>
+Tensor<T, To, Dev> dynamic_slice(const Tensor<T, L, Dev>& x, layout_mapping<To> to = lengths_from_type<To>()) {
+  return eval(shardex::slice<To>(x, std::move(to)));
 }
 
-template <ShardedLayout To, Scalar T, LayoutTag L, class Dev, class... Args>
-Tensor<T, To, Dev> all_to_all(const Tensor<T, L, Dev>& x, Args&&... args) {
-  return eval(shardex::all_to_all<To>(x, std::forward<Args>(args)...));
+template <ShardedLayout To, Scalar T, LayoutTag L, class Dev>
+Tensor<T, To, Dev> all_to_all(const Tensor<T, L, Dev>& x, layout_mapping<To> to = lengths_from_type<To>(),
+                              Strategy s = Strategy::automatic) {
+  return eval(shardex::all_to_all<To>(x, std::move(to), s));
+}
+template <ShardedLayout To, Scalar T, LayoutTag L, class Dev>
+Tensor<T, To, Dev> all_to_all(const Tensor<T, L, Dev>& x, Strategy s) {
+  return eval(shardex::all_to_all<To>(x, lengths_from_type<To>(), s));
 }
 
 template <Scalar T, class Dev>

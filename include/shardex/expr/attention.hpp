@@ -11,6 +11,7 @@
 #include <cmath>
 #include <string>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
 
@@ -19,16 +20,10 @@ namespace shardex {
 namespace rules {
 template <LayoutTag Q, LayoutTag K, LayoutTag V>
 struct attention {
-  static_assert(std::same_as<Q, K> && std::same_as<K, V>,
-                "shardex::attention(q, k, v) requires q, k and v to have the same layout");
-  static_assert(!sharded_on<Q, 0>,
-                "shardex::attention(q, k, v): q, k, v are sharded along the sequence (Sharded<0>), but attention "
-                "needs every position of a head on one rank; all_to_all<Sharded<1>>(x, head_lengths) first "
-                "(DeepSpeed-Ulysses), or all_gather");
-  static_assert(!std::same_as<Q, Partial>,
-                "shardex::attention(q, k, v) of Partial tensors: softmax is not linear; all_reduce first");
-  static_assert(!is_sharded_v<Q> || sharded_on<Q, 1>,
-                "shardex::attention(q, k, v) on (seq, heads, dh): only the heads dim (Sharded<1>) may be sharded");
+  static_assert(std::same_as<Q, K> && std::same_as<K, V>, SHARDEX_ERR_ATTENTION_MIXED_LAYOUTS);
+  static_assert(!sharded_on<Q, 0>, SHARDEX_ERR_ATTENTION_SEQUENCE_SHARDED);
+  static_assert(!std::same_as<Q, Partial>, SHARDEX_ERR_ATTENTION_PARTIAL);
+  static_assert(!is_sharded_v<Q> || sharded_on<Q, 1>, SHARDEX_ERR_ATTENTION_SHARDED_DIM);
   using type = Q;
 };
 }  // namespace rules

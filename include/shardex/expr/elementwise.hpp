@@ -19,8 +19,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardex/device/fused_program.hpp"
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/device/elementwise_ops.hpp"
+#include "shardex/device/fused_program.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
 
@@ -70,8 +71,7 @@ public:
   using value_type = typename First::value_type;
   using device_type = typename First::device_type;
   using layout_type = typename detail::elementwise_layout_of<Op, Args...>::type;
-  static_assert((std::same_as<typename Args::value_type, value_type> && ...),
-                "shardex: element-wise operands must have the same element type (float or double); convert one");
+  static_assert((std::same_as<typename Args::value_type, value_type> && ...), SHARDEX_ERR_ELEMENTWISE_MIXED_TYPES);
 
   Elementwise(Op op, Args... args) : op_(op), args_(std::move(args)...) {}
 
@@ -162,7 +162,7 @@ struct FusedLeaf {
     p.leaf[l] = t.data();
     p.leaf_grad[l] = grad ? grad->data() : nullptr;
     p.leaf_mod[l] = mod;
-    p.instr[p.n_instrs] = FusedInstr{ops::OpCode::leaf, 0, 0, l, 1.0};
+    p.instr[p.n_instrs] = FusedInstr{ops::leaf_code, 0, 0, l, 1.0};
     return p.n_instrs++;
   }
   static constexpr int leaves = 1, instrs = 1;
@@ -242,7 +242,8 @@ struct FusedNode {
   /// Appends the operands, then this node, to `p`; returns its slot.
   int emit(FusedProgram<T>& p) const {
     const auto slots = std::apply([&](const auto&... a) { return std::array<int, sizeof...(B)>{a.emit(p)...}; }, args);
-    FusedInstr in{Op::code, slots[0], slots[sizeof...(B) - 1], 0, 1.0};
+    static_assert(ops::code_of<Op> != ops::leaf_code, SHARDEX_ERR_OP_NOT_LISTED);
+    FusedInstr in{ops::code_of<Op>, slots[0], slots[sizeof...(B) - 1], 0, 1.0};
     if constexpr (requires { op.alpha; }) in.alpha = op.alpha;
     p.instr[p.n_instrs] = in;
     return p.n_instrs++;
@@ -288,9 +289,7 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   using Tree = decltype(tree);
   // A device pass interprets the tree as a FusedProgram, which has room for
   // so many instructions: a longer tree is a compile error, not a surprise.
-  static_assert(Dev::fused_on_host || (Tree::instrs <= FusedProgram<T>::max_instrs && Tree::leaves <= FusedProgram<T>::max_leaves),
-                "shardex: this element-wise expression is too long to fuse into one GPU pass (at most 32 operations "
-                "and 16 operands); assign a part of it to a Tensor first");
+  static_assert(Dev::fused_on_host || (Tree::instrs <= FusedProgram<T>::max_instrs && Tree::leaves <= FusedProgram<T>::max_leaves), SHARDEX_ERR_FUSED_TOO_LONG);
   auto out = Tensor<T, L, Dev>::empty(e.comm(), e.shape(), e.mapping());  // the pass writes every element
   // add_bias(x, b) is an Add whose last operand is broadcast: name it as the user wrote it.
   constexpr const char* name =

@@ -38,22 +38,14 @@ namespace shardex {
 
 namespace detail {
 
-/// A layout with the lengths a mapping carries: "S(0)[3,0,5,2]" (run-time
-/// lengths too, where layout_name says "[dyn]"), else layout_name<L>().
-template <LayoutTag L>
-std::string layout_label(const layout_mapping<L>& m) {
-  if constexpr (is_sharded_v<L>) return "S(" + std::to_string(L::dim) + ")" + to_string(m.lengths());
-  else return layout_name<L>();
-}
-
 /// The user's steps of a chain, innermost first, with their lengths:
 /// "reduce_scatter P(sum) -> S(1)[1,2,3,4]".
 template <class E>
 void chain_written(const E& e, std::vector<std::string>& out) {
   if constexpr (is_redistribute<E>::value) {
     chain_written(e.arg(), out);
-    out.push_back(std::string(e.name()) + " " + layout_label<typename E::source_layout>(e.arg().mapping()) + " -> " +
-                  layout_label<typename E::layout_type>(e.mapping()));
+    out.push_back(std::string(e.name()) + " " + layout_name(e.arg().mapping()) + " -> " +
+                  layout_name(e.mapping()));
   }
 }
 
@@ -63,7 +55,7 @@ template <class T, LayoutTag From, LayoutTag To, class Comm>
 PlanStep describe_step(const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s,
                        const Comm& comm) {
   using Entry = transition<From, To>;
-  PlanStep step{Entry::name, layout_label<From>(fm), layout_label<To>(tm), "", 0, false};
+  PlanStep step{Entry::name, layout_name(fm), layout_name(tm), "", 0, false};
   const auto elem = static_cast<std::int64_t>(sizeof(T));
   const int n = comm.size(), me = comm.rank();
   const bool has_v = Comm::has_v_collectives;
@@ -117,8 +109,8 @@ void explain_fused(Plan& p, const E& e, std::string& names, std::vector<std::str
     names += (names.empty() ? "" : ", ") + std::string(std::remove_cvref_t<decltype(e.op())>::name);
   } else {
     explain_into(p, e);
-    if constexpr (is_broadcast<E>::value) operands.push_back(layout_label<typename E::layout_type>(e.arg.mapping()) + " bias");
-    else operands.push_back(layout_label<typename E::layout_type>(e.mapping()));
+    if constexpr (is_broadcast<E>::value) operands.push_back(layout_name(e.arg.mapping()) + " bias");
+    else operands.push_back(layout_name(e.mapping()));
   }
 }
 
@@ -206,7 +198,7 @@ void explain_into(Plan& p, const E& e) {
     std::string from;
     for (const auto& o : operands) from += (from.empty() ? "" : ", ") + o;
     if (operands.size() > 1) from = "(" + from + ")";
-    p.steps.push_back({"fused " + names, from, layout_label<typename E::layout_type>(e.mapping()), "", 0, false});
+    p.steps.push_back({"fused " + names, from, layout_name(e.mapping()), "", 0, false});
   } else if constexpr (requires { e.q(); e.k(); e.v(); }) {
     explain_into(p, e.q());
     explain_into(p, e.k());
@@ -215,17 +207,11 @@ void explain_into(Plan& p, const E& e) {
   } else if constexpr (requires { e.lhs(); e.rhs(); }) {
     explain_into(p, e.lhs());
     explain_into(p, e.rhs());
-    using A = std::remove_cvref_t<decltype(e.lhs())>;
-    using B = std::remove_cvref_t<decltype(e.rhs())>;
-    p.steps.push_back({"matmul",
-                       layout_label<typename A::layout_type>(e.lhs().mapping()) + " x " +
-                           layout_label<typename B::layout_type>(e.rhs().mapping()),
-                       layout_label<typename E::layout_type>(e.mapping()), "", 0, false});
+    p.steps.push_back({"matmul", layout_name(e.lhs().mapping()) + " x " + layout_name(e.rhs().mapping()),
+                       layout_name(e.mapping()), "", 0, false});
   } else {
     explain_into(p, e.arg());
-    using A = std::remove_cvref_t<decltype(e.arg())>;
-    p.steps.push_back({E::node_name, layout_label<typename A::layout_type>(e.arg().mapping()),
-                       layout_label<typename E::layout_type>(e.mapping()), "", 0, false});
+    p.steps.push_back({E::node_name, layout_name(e.arg().mapping()), layout_name(e.mapping()), "", 0, false});
   }
 }
 

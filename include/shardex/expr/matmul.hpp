@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
 
@@ -20,8 +21,7 @@ public:
   using value_type = typename A::value_type;
   using device_type = typename A::device_type;
   using layout_type = typename rules::matmul<typename A::layout_type, typename B::layout_type>::type;
-  static_assert(std::same_as<typename B::value_type, value_type>,
-                "shardex::matmul(a, b) requires a and b to have the same element type (float or double)");
+  static_assert(std::same_as<typename B::value_type, value_type>, SHARDEX_ERR_MATMUL_MIXED_TYPES);
 
   MatMul(A a, B b) : a_(std::move(a)), b_(std::move(b)) {}
 

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/plan.hpp"
 #include "shardex/transition/table.hpp"
@@ -128,17 +129,14 @@ namespace detail {
 template <class X, class S>
 constexpr void check_strategy(S) {
   if constexpr (is_strategy_constant<S>::value)
-    static_assert(S::value != Strategy::v_collective || X::device_type::communicator::has_v_collectives,
-                  "shardex: strategy::v_collective needs a backend with v collectives (MPI); this tensor's device "
-                  "communicates through a backend without them (NCCL): use strategy::padded, strategy::per_root, "
-                  "strategy::send_recv or strategy::automatic");
+    static_assert(S::value != Strategy::v_collective || X::device_type::communicator::has_v_collectives, SHARDEX_ERR_STRATEGY_NEEDS_V_COLLECTIVES);
 }
 }  // namespace detail
 
 /// Any layout to any other. `to` carries run-time lengths for a target with
 /// dynamic lengths; `s` picks the lowering of the collective it runs.
 template <LayoutTag To, TensorExpr E, StrategyLike S = Strategy>
-auto redistribute(const E& x, layout_mapping<To> to = {}, S s = Strategy::automatic) {
+auto redistribute(const E& x, layout_mapping<To> to = lengths_from_type<To>(), S s = Strategy::automatic) {
   detail::check_strategy<E>(s);
   return Redistribute<E, To>(x, std::move(to), s, "redistribute");
 }
@@ -153,11 +151,7 @@ template <TensorExpr E, LayoutTag To>
 auto evaluate(const Redistribute<E, To>& r) {
   using From = typename std::remove_cvref_t<decltype(detail::chain_source(r))>::layout_type;
   using R = detail::route<From, To>;
-  static_assert(R::exists || detail::is_redistribute<E>::value,
-                "shardex::redistribute<To>(x): no route in the transition table leads from x's layout to To. From "
-                "Replicated there is no way to Invariant or Partial (n copies used separately are not one shared value "
-                "nor one pending sum), and from Invariant none to Partial: say which rank holds what, e.g. "
-                "zero_pad(slice<Sharded<D, ...>>(x))");
+  static_assert(R::exists || detail::is_redistribute<E>::value, SHARDEX_ERR_REDISTRIBUTE_NO_ROUTE);
   if constexpr (!R::exists) {
     // A chain whose every step has a route but whose source has none to To
     // (zero_pad(slice<S>(x)) of a Replicated x: R -> S -> P, and no R -> P):
@@ -192,93 +186,71 @@ using layout_of = typename X::layout_type;
 template <LayoutTag To = Replicated, TensorExpr X, StrategyLike S = Strategy>
 auto all_gather(const X& x, S s = Strategy::automatic) {
   detail::check_strategy<X>(s);
-  static_assert(is_sharded_v<layout_of<X>>,
-                "shardex::all_gather(x) requires x to be Sharded<D, ...>: a Replicated or Invariant tensor is already "
-                "whole, and a Partial one needs all_reduce(x)");
-  static_assert(WholeLayout<To>, "shardex::all_gather<To>(x) gathers into Replicated (the default) or Invariant");
+  static_assert(is_sharded_v<layout_of<X>>, SHARDEX_ERR_ALL_GATHER_SOURCE);
+  static_assert(WholeLayout<To>, SHARDEX_ERR_ALL_GATHER_TARGET);
   return Redistribute<X, To>(x, {}, s, "all_gather");
 }
 
 /// Partial -> Sharded<D, ...>: rank r gets its slice of the sum.
+/// The target's lengths: none for static ones, `{3, 0, 5, 2}` or a vector for dynamic ones.
 template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
-  requires To::has_static_lengths
-auto reduce_scatter(const X& x, S s = Strategy::automatic) {
+auto reduce_scatter(const X& x, layout_mapping<To> to = lengths_from_type<To>(), S s = Strategy::automatic) {
   detail::check_strategy<X>(s);
-  static_assert(std::same_as<layout_of<X>, Partial>,
-                "shardex::reduce_scatter<Sharded<D, ...>>(x) requires x to be Partial; to shard a Replicated tensor "
-                "use slice, to reshard a Sharded one use all_to_all or redistribute");
-  return Redistribute<X, To>(x, {}, s, "reduce_scatter");
+  static_assert(std::same_as<layout_of<X>, Partial>, SHARDEX_ERR_REDUCE_SCATTER_SOURCE);
+  return Redistribute<X, To>(x, std::move(to), s, "reduce_scatter");
 }
-template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
-  requires(!To::has_static_lengths)
-auto reduce_scatter(const X& x, std::vector<std::int64_t> lengths, S s = Strategy::automatic) {
-  detail::check_strategy<X>(s);
-  static_assert(std::same_as<layout_of<X>, Partial>,
-                "shardex::reduce_scatter<Sharded<D, ...>>(x) requires x to be Partial; to shard a Replicated tensor "
-                "use slice, to reshard a Sharded one use all_to_all or redistribute");
-  return Redistribute<X, To>(x, layout_mapping<To>(std::move(lengths)), s, "reduce_scatter");
+/// The same with static lengths and a strategy.
+template <ShardedLayout To, TensorExpr X, StrategyLike S>
+auto reduce_scatter(const X& x, S s) {
+  return reduce_scatter<To>(x, lengths_from_type<To>(), s);
 }
 
 /// Partial -> Replicated (default) or Invariant: every rank gets the sum.
 template <LayoutTag To = Replicated, TensorExpr X>
 auto all_reduce(const X& x) {
-  static_assert(std::same_as<layout_of<X>, Partial>,
-                "shardex::all_reduce(x) requires x to be Partial: only a pending sum has something to reduce");
-  static_assert(WholeLayout<To>, "shardex::all_reduce<To>(x) reduces into Replicated (the default) or Invariant");
+  static_assert(std::same_as<layout_of<X>, Partial>, SHARDEX_ERR_ALL_REDUCE_SOURCE);
+  static_assert(WholeLayout<To>, SHARDEX_ERR_ALL_REDUCE_TARGET);
   return Redistribute<X, To>(x, {}, Strategy::automatic, "all_reduce");
 }
 
 /// Replicated or Invariant -> Sharded<D, ...>: each rank keeps its slice; no communication.
+/// The target's lengths: none for static ones, `{3, 0, 5, 2}` or a vector for dynamic ones.
 template <ShardedLayout To, TensorExpr X>
-  requires To::has_static_lengths
-auto slice(const X& x) {
-  static_assert(WholeLayout<layout_of<X>>,
-                "shardex::slice<Sharded<D, ...>>(x) requires x to be Replicated or Invariant; a Partial tensor "
-                "needs reduce_scatter, a Sharded one all_to_all or redistribute");
-  return Redistribute<X, To>(x, {}, Strategy::automatic, "slice");
-}
-template <ShardedLayout To, TensorExpr X>
-  requires(!To::has_static_lengths)
-auto slice(const X& x, std::vector<std::int64_t> lengths) {
-  static_assert(WholeLayout<layout_of<X>>,
-                "shardex::slice<Sharded<D, ...>>(x) requires x to be Replicated or Invariant; a Partial tensor "
-                "needs reduce_scatter, a Sharded one all_to_all or redistribute");
-  return Redistribute<X, To>(x, layout_mapping<To>(std::move(lengths)), Strategy::automatic, "slice");
+auto slice(const X& x, layout_mapping<To> to = lengths_from_type<To>()) {
+  static_assert(WholeLayout<layout_of<X>>, SHARDEX_ERR_SLICE_SOURCE);
+  return Redistribute<X, To>(x, std::move(to), Strategy::automatic, "slice");
 }
 /// The reference module's name for slice.
-template <ShardedLayout To, TensorExpr X, class... Lengths>
-auto dynamic_slice(const X& x, Lengths&&... lengths) {
-  return slice<To>(x, std::forward<Lengths>(lengths)...);
+template <ShardedLayout To, TensorExpr X>
+auto dynamic_slice(const X& x, layout_mapping<To> to = lengths_from_type<To>()) {
+  return slice<To>(x, std::move(to));
 }
 
 /// Sharded<C> -> Sharded<S>, C != S: the uneven all-to-all of DESIGN.md section 2.
+/// The target's lengths: none for static ones, `{3, 0, 5, 2}` or a vector for dynamic ones.
 template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
-  requires To::has_static_lengths
-auto all_to_all(const X& x, S s = Strategy::automatic) {
+auto all_to_all(const X& x, layout_mapping<To> to = lengths_from_type<To>(), S s = Strategy::automatic) {
   detail::check_strategy<X>(s);
-  static_assert(is_sharded_v<layout_of<X>>, "shardex::all_to_all<Sharded<S, ...>>(x) requires x to be Sharded<C, ...>");
-  return Redistribute<X, To>(x, {}, s, "all_to_all");
+  static_assert(is_sharded_v<layout_of<X>>, SHARDEX_ERR_ALL_TO_ALL_SOURCE);
+  return Redistribute<X, To>(x, std::move(to), s, "all_to_all");
 }
-template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
-  requires(!To::has_static_lengths)
-auto all_to_all(const X& x, std::vector<std::int64_t> lengths, S s = Strategy::automatic) {
-  detail::check_strategy<X>(s);
-  static_assert(is_sharded_v<layout_of<X>>, "shardex::all_to_all<Sharded<S, ...>>(x) requires x to be Sharded<C, ...>");
-  return Redistribute<X, To>(x, layout_mapping<To>(std::move(lengths)), s, "all_to_all");
+/// The same with static lengths and a strategy.
+template <ShardedLayout To, TensorExpr X, StrategyLike S>
+auto all_to_all(const X& x, S s) {
+  return all_to_all<To>(x, lengths_from_type<To>(), s);
 }
 
 /// Invariant -> Replicated (Megatron's f): nothing moves forward; the backward all-reduces.
 template <TensorExpr X>
 auto replicate(const X& x) {
-  static_assert(std::same_as<layout_of<X>, Invariant>,
-                "shardex::replicate(x) requires x to be Invariant (one shared value, such as a parameter)");
+  static_assert(std::same_as<layout_of<X>, Invariant>, SHARDEX_ERR_REPLICATE_SOURCE);
   return Redistribute<X, Replicated>(x, {}, Strategy::automatic, "replicate");
 }
 
 /// Sharded -> Partial: the slice in place, zeros elsewhere (the adjoint of slice).
 template <TensorExpr X>
 auto zero_pad(const X& x) {
-  static_assert(is_sharded_v<layout_of<X>>, "shardex::zero_pad(x) requires x to be Sharded<D, ...>");
+  static_assert(is_sharded_v<layout_of<X>>, SHARDEX_ERR_ZERO_PAD_SOURCE);
   return Redistribute<X, Partial>(x, {}, Strategy::automatic, "zero_pad");
 }
 

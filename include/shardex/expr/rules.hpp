@@ -1,14 +1,14 @@
 #pragma once
 /// @file
-/// @brief The layout rules of local operations, and the catalogue of the
-/// compile errors they give (as Eigen's StaticAssert.h collects its messages).
+/// @brief The layout rules of local operations (their compile errors' texts
+/// are in the catalogue, core/compile_errors.hpp).
 ///
 /// A local operation runs on each rank's local part without communication;
 /// its rule says what layout the result has, as sharding-propagation rules do
 /// in the peers. A missing rule is a compile error that names the operation,
 /// the problem and the fix; the offending layouts appear in the compiler's
-/// "In instantiation of ..." line just above. Every message here is pinned by
-/// a compile-fail case in test/fail/.
+/// "In instantiation of ..." line just above. Every message is pinned by a
+/// compile-fail case in test/fail/.
 ///
 /// | operation            | rule                                                        |
 /// |----------------------|-------------------------------------------------------------|
@@ -28,6 +28,7 @@
 #include <concepts>
 #include <type_traits>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/layout/layouts.hpp"
 
 namespace shardex::rules {
@@ -46,12 +47,8 @@ inline constexpr bool same_placement = std::same_as<A, B> || (is_sharded_v<A> &&
 // ---- a + b, a - b ------------------------------------------------------------
 template <LayoutTag A, LayoutTag B>
 struct add {
-  static_assert(!mixes_invariant<A, B>,
-                "shardex: an Invariant tensor meets a per-rank tensor in a local operation; wrap the Invariant operand "
-                "in replicate(x), which is where its gradient's all-reduce comes from");
-  static_assert(mixes_invariant<A, B> || same_placement<A, B>,
-                "shardex::operator+(a, b) and operator-(a, b) require a and b to have the same layout; insert "
-                "redistribute<To>(...) on one operand to bring it to the other's layout");
+  static_assert(!mixes_invariant<A, B>, SHARDEX_ERR_INVARIANT_MEETS_PER_RANK);
+  static_assert(mixes_invariant<A, B> || same_placement<A, B>, SHARDEX_ERR_ADD_LAYOUTS);
   using type = A;
 };
 
@@ -60,47 +57,33 @@ template <LayoutTag A, LayoutTag B>
 struct mul {
   static constexpr bool partial_times_whole = (std::same_as<A, Partial> && std::same_as<B, Replicated>) ||
                                               (std::same_as<A, Replicated> && std::same_as<B, Partial>);
-  static_assert(!(std::same_as<A, Partial> && std::same_as<B, Partial>),
-                "shardex::operator*(a, b) with a and b both Partial: the product of two pending sums is not the sum "
-                "of the products; all_reduce one operand first");
-  static_assert(!mixes_invariant<A, B>,
-                "shardex: an Invariant tensor meets a per-rank tensor in a local operation; wrap the Invariant operand "
-                "in replicate(x), which is where its gradient's all-reduce comes from");
+  static_assert(!(std::same_as<A, Partial> && std::same_as<B, Partial>), SHARDEX_ERR_MUL_PARTIAL_PARTIAL);
+  static_assert(!mixes_invariant<A, B>, SHARDEX_ERR_INVARIANT_MEETS_PER_RANK);
   static_assert(mixes_invariant<A, B> || partial_times_whole || same_placement<A, B> ||
-                    (std::same_as<A, Partial> && std::same_as<B, Partial>),
-                "shardex::operator*(a, b) requires a and b to have the same layout (or one Partial and one "
-                "Replicated); insert redistribute<To>(...) on one operand");
+                    (std::same_as<A, Partial> && std::same_as<B, Partial>), SHARDEX_ERR_MUL_LAYOUTS);
   using type = std::conditional_t<partial_times_whole, Partial, A>;
 };
 
 // ---- non-linear unary functions ---------------------------------------------------
 template <LayoutTag A>
 struct nonlinear {
-  static_assert(!std::same_as<A, Partial>,
-                "shardex: a non-linear function (gelu, relu, tanh, exp) of a Partial tensor is not the sum of the "
-                "function of its parts; reduce first: all_reduce(x) or reduce_scatter<Sharded<D, ...>>(x)");
+  static_assert(!std::same_as<A, Partial>, SHARDEX_ERR_NONLINEAR_PARTIAL);
   using type = A;
 };
 
 // ---- add_bias(x, b) -------------------------------------------------------------
 template <LayoutTag X, LayoutTag B>
 struct bias {
-  static_assert(!std::same_as<X, Partial>,
-                "shardex::add_bias(x, b) with x Partial: the bias would be added once per rank to a pending sum; "
-                "reduce x first (all_reduce or reduce_scatter), then add the bias");
-  static_assert(std::same_as<X, Partial> || !mixes_invariant<X, B>,
-                "shardex: an Invariant tensor meets a per-rank tensor in a local operation; wrap the Invariant operand "
-                "in replicate(x), which is where its gradient's all-reduce comes from");
+  static_assert(!std::same_as<X, Partial>, SHARDEX_ERR_BIAS_PARTIAL);
+  static_assert(std::same_as<X, Partial> || !mixes_invariant<X, B>, SHARDEX_ERR_INVARIANT_MEETS_PER_RANK);
   static constexpr bool ok = (std::same_as<X, Replicated> && std::same_as<B, Replicated>) ||
                              (std::same_as<X, Invariant> && std::same_as<B, Invariant>) ||
                              (is_sharded_v<X> && (std::same_as<B, Replicated> || is_sharded_v<B>));
-  static_assert(ok || std::same_as<X, Partial> || mixes_invariant<X, B>,
-                "shardex::add_bias(x, b) has no rule for these layouts: use (Replicated, Replicated), (Sharded along a "
-                "row dim, Replicated), or (Sharded along the last dim, Sharded<0> with the same lengths)");
+  static_assert(ok || std::same_as<X, Partial> || mixes_invariant<X, B>, SHARDEX_ERR_BIAS_NO_RULE);
   static_assert(!is_sharded_v<B> || [] {
     if constexpr (is_sharded_v<B>) return B::dim == 0;
     else return true;
-  }(), "shardex::add_bias(x, b): a sharded bias is 1-d, so it must be Sharded<0, ...>");
+  }(), SHARDEX_ERR_BIAS_SHARDED_NOT_DIM0);
   using type = X;
 };
 
@@ -122,24 +105,12 @@ struct matmul {
   static constexpr bool row_sharded = sharded_on<A, 0> && std::same_as<B, Replicated>;
   static constexpr bool ok = whole_whole || linear_partial || column_parallel || row_parallel || row_sharded;
 
-  static_assert(ok || !mixes_invariant<A, B>,
-                "shardex: an Invariant tensor meets a per-rank tensor in a local operation; wrap the Invariant operand "
-                "in replicate(x), which is where its gradient's all-reduce comes from");
-  static_assert(ok || !(std::same_as<A, Partial> && std::same_as<B, Partial>),
-                "shardex::matmul(a, b) with a and b both Partial: the product of two pending sums is not the sum of "
-                "the products; all_reduce one operand first");
-  static_assert(ok || !(sharded_on<A, 1> && !sharded_on<B, 0>),
-                "shardex::matmul(a, b): a is sharded along its contraction dim (Sharded<1>) but b is not sharded along "
-                "its rows; make b Sharded<0> with the same lengths (row-parallel: the result is Partial) or all_gather a");
-  static_assert(ok || !(sharded_on<B, 0> && !sharded_on<A, 1>),
-                "shardex::matmul(a, b): b is sharded along its contraction dim (Sharded<0>) but a is not sharded along "
-                "its columns; make a Sharded<1> with the same lengths (row-parallel: the result is Partial) or "
-                "all_gather b");
+  static_assert(ok || !mixes_invariant<A, B>, SHARDEX_ERR_INVARIANT_MEETS_PER_RANK);
+  static_assert(ok || !(std::same_as<A, Partial> && std::same_as<B, Partial>), SHARDEX_ERR_MATMUL_PARTIAL_PARTIAL);
+  static_assert(ok || !(sharded_on<A, 1> && !sharded_on<B, 0>), SHARDEX_ERR_MATMUL_A_CONTRACTION_SHARDED);
+  static_assert(ok || !(sharded_on<B, 0> && !sharded_on<A, 1>), SHARDEX_ERR_MATMUL_B_CONTRACTION_SHARDED);
   static_assert(ok || mixes_invariant<A, B> || (std::same_as<A, Partial> && std::same_as<B, Partial>) ||
-                    (sharded_on<A, 1> != sharded_on<B, 0>),
-                "shardex::matmul(a, b) has no layout rule for these operands; the rules are R x R -> R, I x I -> I, "
-                "P x R -> P, R x P -> P, R x S<1> -> S<1> (column-parallel), S<1> x S<0> -> P (row-parallel), "
-                "S<0> x R -> S<0>; insert redistribute<To>(...) to reach one of them");
+                    (sharded_on<A, 1> != sharded_on<B, 0>), SHARDEX_ERR_MATMUL_NO_RULE);
 
   using type = std::conditional_t<
       whole_whole, A,
@@ -169,7 +140,7 @@ struct transpose {
 };
 template <int D, class Ls>
 struct transpose<Sharded<D, Ls>> {
-  static_assert(D < 2, "shardex::transpose(x) is for 2-d tensors, but x is Sharded along a dim >= 2");
+  static_assert(D < 2, SHARDEX_ERR_TRANSPOSE_DIM);
   using type = Sharded<(D < 2 ? 1 - D : 0), Ls>;
 };
 

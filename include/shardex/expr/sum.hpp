@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
 
@@ -60,7 +61,7 @@ auto sum(const E& x) {
 /// The sum over dim K, which is removed from the shape.
 template <int K, TensorExpr E>
 auto sum(const E& x) {
-  static_assert(K >= 0, "shardex::sum<K>(x) needs a dim K >= 0 (sum(x) sums all dims)");
+  static_assert(K >= 0, SHARDEX_ERR_SUM_DIM);
   return Sum<E, K>(x);
 }
 

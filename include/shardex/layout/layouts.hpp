@@ -22,6 +22,7 @@
 #include <string>
 #include <type_traits>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/layout/lengths.hpp"
 
 namespace shardex {
@@ -57,7 +58,7 @@ struct Partial {
 /// `dual_t<Sharded<D, L>> = Sharded<D, L>`.
 template <int D, LengthsSpec Lengths = dynamic_lengths>
 struct Sharded {
-  static_assert(D >= 0, "shardex::Sharded<D, ...> requires D >= 0: D is the tensor dim that is split over the ranks");
+  static_assert(D >= 0, SHARDEX_ERR_SHARDED_NEGATIVE_DIM);
   static constexpr LayoutKind kind = LayoutKind::sharded;
   static constexpr int dim = D;
   using lengths_type = Lengths;

@@ -22,13 +22,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "shardex/core/compile_errors.hpp"
+
 namespace shardex {
 
 /// A compile-time list of shard lengths, one per rank.
 template <std::int64_t... Ls>
 struct lengths {
-  static_assert(sizeof...(Ls) > 0, "shardex::lengths<...> needs one length per rank; an empty list fits no communicator");
-  static_assert(((Ls >= 0) && ...), "shardex::lengths<...> requires every length to be >= 0 (zero is legal: the rank holds nothing)");
+  static_assert(sizeof...(Ls) > 0, SHARDEX_ERR_LENGTHS_EMPTY);
+  static_assert(((Ls >= 0) && ...), SHARDEX_ERR_LENGTHS_NEGATIVE);
 
   static constexpr std::array<std::int64_t, sizeof...(Ls)> values{Ls...};
   static constexpr std::size_t count = sizeof...(Ls);

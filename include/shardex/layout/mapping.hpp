@@ -6,10 +6,12 @@
 /// through `[[no_unique_address]]`); for that one it holds the lengths list.
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/core/shape.hpp"
 #include "shardex/layout/layouts.hpp"
@@ -30,11 +32,14 @@ struct layout_mapping<Sharded<D, lengths<Ls...>>> {
   friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
 };
 
-/// Dynamic lengths: the list is stored.
+/// Dynamic lengths: the list is stored. It converts from a list of lengths,
+/// so that one signature takes static lengths (`{}`) and dynamic ones
+/// (`{3, 0, 5, 2}` or a vector): `reduce_scatter<To>(x, lengths)`.
 template <int D>
 struct layout_mapping<Sharded<D, dynamic_lengths>> {
   layout_mapping() = default;
-  explicit layout_mapping(std::vector<std::int64_t> ls) : lengths_(std::move(ls)) {}
+  layout_mapping(std::vector<std::int64_t> ls) : lengths_(std::move(ls)) {}  // NOLINT(google-explicit-constructor)
+  layout_mapping(std::initializer_list<std::int64_t> ls) : lengths_(ls) {}    // NOLINT(google-explicit-constructor)
   [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept { return lengths_; }
   friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
 
@@ -74,11 +79,32 @@ void check_mapping(const layout_mapping<L>& m, const Shape& global, int world_si
                            global.str() + ": " + problem);
 }
 
+/// The default target of a transition: the mapping of a layout whose lengths
+/// are in its type (or that has none). A target with dynamic lengths has no
+/// default: leaving them out is a compile error, not an empty list at run time.
+template <LayoutTag L>
+layout_mapping<L> lengths_from_type() {
+  static_assert(!is_sharded_v<L> || [] {
+    if constexpr (is_sharded_v<L>) return L::has_static_lengths;
+    else return true;
+  }(), SHARDEX_ERR_DYNAMIC_LENGTHS_MISSING);
+  return {};
+}
+
 /// The mapping of dual(L), from the mapping of L (the lengths carry over).
 template <LayoutTag L>
 layout_mapping<dual_t<L>> dual_mapping(const layout_mapping<L>& m) {
   if constexpr (is_sharded_v<L>) return m;
   else return {};
+}
+
+/// The one printer of a layout with the lengths a mapping carries (run-time
+/// lengths too): "S(0)[3,0,5,2]", "R", "P(sum)", "I". `layout_name<L>()`
+/// prints the type alone ("S(0)[dyn]").
+template <LayoutTag L>
+std::string layout_name(const layout_mapping<L>& m) {
+  if constexpr (is_sharded_v<L>) return "S(" + std::to_string(L::dim) + ")" + to_string(m.lengths());
+  else return layout_name<L>();
 }
 
 /// The shape rank r holds of a tensor with global shape `global` and layout L.

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "shardex/core/agree.hpp"
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/core/shape.hpp"
 #include "shardex/core/trace.hpp"
@@ -386,13 +387,9 @@ private:
   template <std::int64_t... E>
   static constexpr void static_check(static_shape<E...>) {
     if constexpr (is_sharded_v<L>) {
-      static_assert(L::dim < static_shape<E...>::rank,
-                    "shardex::Tensor<T, Sharded<D, ...>>: the tensor has no dim D (D >= its rank); shard along one of "
-                    "its dims");
+      static_assert(L::dim < static_shape<E...>::rank, SHARDEX_ERR_TENSOR_NO_SHARDED_DIM);
       if constexpr (L::dim < static_shape<E...>::rank && L::has_static_lengths)
-        static_assert(L::lengths_type::sum == static_shape<E...>::values[L::dim],
-                      "shardex::Tensor<T, Sharded<D, lengths<...>>>: the static lengths do not sum to the extent of dim "
-                      "D; fix the lengths or the shape");
+        static_assert(L::lengths_type::sum == static_shape<E...>::values[L::dim], SHARDEX_ERR_TENSOR_STATIC_LENGTHS_SUM);
     }
   }
 
@@ -412,11 +409,8 @@ private:
 
   template <class E>
   static Tensor evaluate_as_this(const E& e) {
-    static_assert(std::same_as<typename E::layout_type, L>,
-                  "shardex::Tensor<T, L>: the expression has another layout than the tensor it initializes; insert "
-                  "redistribute<L>(expr), or declare the tensor with auto");
-    static_assert(std::same_as<typename E::value_type, T>,
-                  "shardex::Tensor<T, L>: the expression has another element type (float vs double)");
+    static_assert(std::same_as<typename E::layout_type, L>, SHARDEX_ERR_TENSOR_EXPR_LAYOUT);
+    static_assert(std::same_as<typename E::value_type, T>, SHARDEX_ERR_TENSOR_EXPR_TYPE);
     if constexpr (std::same_as<typename E::layout_type, L> && std::same_as<typename E::value_type, T>) {
       trace::Span span("eval", "eval");  // the expression's local math (its transitions are spans of their own)
       Tensor out = evaluate(e);

@@ -20,13 +20,14 @@
 #include <optional>
 #include <string>
 
+#include "shardex/core/agree.hpp"
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/core/trace.hpp"
 #include "shardex/core/watchdog.hpp"
 #include "shardex/lower/all_gather.hpp"
 #include "shardex/lower/all_to_all.hpp"
 #include "shardex/lower/reduce_scatter.hpp"
 #include "shardex/lower/reshard.hpp"
-#include "shardex/core/agree.hpp"
 #include "shardex/transition/transition.hpp"
 
 namespace shardex {
@@ -48,18 +49,11 @@ inline Strategy& last_resolved_strategy() noexcept {
   return s;
 }
 
-/// A layout with its lengths, for the trace: "S(1)[1,2,3,4]", "R".
-template <LayoutTag L>
-std::string layout_with_lengths(const layout_mapping<L>& m) {
-  if constexpr (is_sharded_v<L>) return layout_name<L>() + " " + to_string(m.lengths());
-  else return layout_name<L>();
-}
-
 /// The trace's arguments of a transition (core/trace.hpp).
 template <class X, class Y>
 std::string trace_args(const X& x, const Y& y, bool communicates) {
-  std::string a = trace::json_string_member("from", layout_with_lengths(x.mapping())) + "," +
-                  trace::json_string_member("to", layout_with_lengths(y.mapping())) + "," +
+  std::string a = trace::json_string_member("from", layout_name(x.mapping())) + "," +
+                  trace::json_string_member("to", layout_name(y.mapping())) + "," +
                   trace::json_string_member("shape", x.shape().str()) + "," +
                   trace::json_string_member("dtype", dtype_name<typename X::value_type>()) + "," +
                   "\"bytes_in\":" + std::to_string(x.size() * std::int64_t(sizeof(typename X::value_type))) + "," +
@@ -324,9 +318,7 @@ struct transition<L, L> {
 /// entry `adjoint_t<From, To>` of the same table, run with the same strategy.
 template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
 Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {}, Strategy s = Strategy::automatic) {
-  static_assert(has_transition_v<From, To>,
-                "shardex::transit<To>(x): no single transition connects x's layout to To (see transition/table.hpp); "
-                "go through an intermediate layout, e.g. all_gather then slice");
+  static_assert(has_transition_v<From, To>, SHARDEX_ERR_TRANSIT_NO_ENTRY);
   using entry = transition<From, To>;
   trace::Span span(entry::communicates ? "collective" : "local", entry::name);
   if (span.on()) detail::last_resolved_strategy() = s;
@@ -334,7 +326,7 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
   if (span.on()) span.set_args(detail::trace_args(x, y, entry::communicates));
   if (x.node()) {
     using adjoint = adjoint_t<From, To>;
-    static_assert(adjoint::exists, "shardex: a transition whose adjoint is missing from the table (a bug in shardex)");
+    static_assert(adjoint::exists, SHARDEX_ERR_ADJOINT_MISSING);
     y.record(transition<From, To>::name, {x.node()},
              [in = x.node(), m = dual_mapping<From>(x.mapping()), s](const Tensor<T, dual_t<To>, Dev>& g) {
                trace::Span span(adjoint::communicates ? "collective" : "local", adjoint::name);

@@ -39,6 +39,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/core/strided_block.hpp"
 
@@ -54,7 +55,7 @@ template <class T> constexpr Dtype dtype_of() {
   else if constexpr (std::is_same_v<T, double>) return Dtype::f64;
   else if constexpr (std::is_same_v<T, std::int64_t>) return Dtype::i64;
   else if constexpr (std::is_same_v<T, char>) return Dtype::i8;
-  else static_assert(sizeof(T) == 0, "shardex::mpi: the primitives move float, double, std::int64_t or char only");
+  else static_assert(sizeof(T) == 0, SHARDEX_ERR_MPI_ELEMENT_TYPE);
 }
 
 #if SHARDEX_WITH_MPI
