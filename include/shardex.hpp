@@ -18,6 +18,7 @@
 #include "shardex/backend/mpi/communicator.hpp"  // IWYU pragma: export
 #include "shardex/backend/mpi/environment.hpp"   // IWYU pragma: export
 #include "shardex/backend/mpi/print.hpp"         // IWYU pragma: export
+#include "shardex/core/backend_calls.hpp"        // IWYU pragma: export
 #include "shardex/core/checks.hpp"               // IWYU pragma: export
 #include "shardex/core/error.hpp"                // IWYU pragma: export
 #include "shardex/core/shape.hpp"                // IWYU pragma: export

@@ -5,6 +5,7 @@
 
 #include <climits>
 
+#include "shardex/core/backend_calls.hpp"
 #include "shardex/core/counters.hpp"
 #include "shardex/core/watchdog.hpp"
 
@@ -135,6 +136,7 @@ void Communicator::barrier() const {
 }
 
 void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  detail::record_backend_call("all_gather", count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allgather");
   const Watched timer(*this, "MPI_Allgather");
@@ -142,6 +144,7 @@ void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t cou
 }
 
 void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  detail::record_backend_call("reduce_scatter", size() * count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Reduce_scatter_block");
   const Watched timer(*this, "MPI_Reduce_scatter_block");
@@ -150,6 +153,7 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
 }
 
 void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  detail::record_backend_call("all_reduce", count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allreduce");
   const Watched timer(*this, "MPI_Allreduce");
@@ -157,6 +161,7 @@ void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t cou
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  detail::record_backend_call("all_to_all", size() * count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Alltoall");
   const Watched timer(*this, "MPI_Alltoall");
@@ -164,6 +169,7 @@ void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t cou
 }
 
 void Communicator::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) const {
+  detail::record_backend_call("broadcast", root == rank() ? count * dtype_bytes(dt) : 0);
   const MPI_Datatype t = mpi_type(dt);
   const Watched timer(*this, "MPI_Bcast");
   check(MPI_Bcast(buf, to_count(count, "MPI_Bcast"), t, root, need(native(), "MPI_Bcast")), "MPI_Bcast");
@@ -171,6 +177,7 @@ void Communicator::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int ro
 
 void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
                                     std::span<const std::int64_t> displs, Dtype dt) const {
+  detail::record_backend_call("all_gather_v", count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Allgatherv");
   const auto d = to_counts(displs, "MPI_Allgatherv");
@@ -228,6 +235,7 @@ struct BlockTypes {
 
 void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from,
                                        Dtype dt) const {
+  detail::record_backend_call("exchange_blocks", detail::elements_of(to) * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const BlockTypes s(to, t, "MPI_Alltoallw"), r(from, t, "MPI_Alltoallw");
   const Watched timer(*this, "MPI_Alltoallw");
@@ -238,6 +246,7 @@ void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> 
 
 void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts,
                                         Dtype dt) const {
+  detail::record_backend_call("reduce_scatter_v", detail::elements_of(counts) * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Reduce_scatter");
   const Watched timer(*this, "MPI_Reduce_scatter");
@@ -248,6 +257,7 @@ void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64
                                     std::span<const std::int64_t> send_displs, void* recv,
                                     std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
                                     Dtype dt) const {
+  detail::record_backend_call("all_to_all_v", detail::elements_of(send_counts) * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const auto sc = to_counts(send_counts, "MPI_Alltoallv");
   const auto sd = to_counts(send_displs, "MPI_Alltoallv");
@@ -259,6 +269,7 @@ void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64
 }
 
 void Communicator::all_reduce_min(std::int64_t* buf, int count) const {
+  detail::record_backend_call("agreement", 0);
   const Watched timer(*this, "MPI_Allreduce (the cross-rank agreement before a collective)");
   check(MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_INT64_T, MPI_MIN, need(native(), "MPI_Allreduce(min)")),
         "MPI_Allreduce(min)");
@@ -318,6 +329,7 @@ MPI_Comm point_to_point(const Communicator& c, const std::string& refused, const
 }  // namespace
 
 void Group::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) {
+  detail::record_backend_call("broadcast", root == comm_->rank() ? count * dtype_bytes(dt) : 0);
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   state_->make_room();
@@ -327,6 +339,7 @@ void Group::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int root) {
 }
 
 void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt, int root) {
+  detail::record_backend_call("reduce", count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   state_->make_room();
@@ -337,6 +350,7 @@ void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype d
 }
 
 void Group::send_raw(const void* buf, std::int64_t count, Dtype dt, int peer) {
+  detail::record_backend_call("send", count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   state_->make_room();
@@ -347,6 +361,7 @@ void Group::send_raw(const void* buf, std::int64_t count, Dtype dt, int peer) {
 }
 
 void Group::recv_raw(void* buf, std::int64_t count, Dtype dt, int peer) {
+  detail::record_backend_call("recv", 0);
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   state_->make_room();

@@ -11,6 +11,7 @@
 
 #include "shardex/backend/mpi/communicator.hpp"
 #include "shardex/backend/mpi/environment.hpp"
+#include "shardex/core/backend_calls.hpp"
 #include "shardex/core/watchdog.hpp"
 
 #if SHARDEX_WITH_MPI
@@ -112,30 +113,35 @@ const char* Communicator::description() const noexcept {
 }
 
 void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
+  detail::record_backend_call("all_gather", count * dtype_bytes(t));
   need(handle_.get(), "all_gather");
   need_count(count, "all_gather");
   copy(send, recv, count, t);
 }
 
 void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
+  detail::record_backend_call("reduce_scatter", count * dtype_bytes(t));
   need(handle_.get(), "reduce_scatter");
   need_count(count, "reduce_scatter");
   copy(send, recv, count, t);
 }
 
 void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
+  detail::record_backend_call("all_reduce", count * dtype_bytes(t));
   need(handle_.get(), "all_reduce");
   need_count(count, "all_reduce");
   if (send != recv) copy(send, recv, count, t);  // the sum over one rank is its own buffer
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
+  detail::record_backend_call("all_to_all", count * dtype_bytes(t));
   need(handle_.get(), "all_to_all");
   need_count(count, "all_to_all");
   copy(send, recv, count, t);
 }
 
-void Communicator::broadcast_raw(void* /*buf*/, std::int64_t count, Dtype /*t*/, int root) const {
+void Communicator::broadcast_raw(void* /*buf*/, std::int64_t count, Dtype t, int root) const {
+  detail::record_backend_call("broadcast", root == 0 ? count * dtype_bytes(t) : 0);
   need(handle_.get(), "broadcast");
   need_count(count, "broadcast");
   need_rank(root, "root", "broadcast");  // the root's buffer is already everyone's
@@ -143,6 +149,7 @@ void Communicator::broadcast_raw(void* /*buf*/, std::int64_t count, Dtype /*t*/,
 
 void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
                                     std::span<const std::int64_t> displs, Dtype t) const {
+  detail::record_backend_call("all_gather_v", count * dtype_bytes(t));
   const char* what = "all_gather_v";
   need(handle_.get(), what);
   need_count(count, what);
@@ -154,6 +161,7 @@ void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* 
 }
 
 void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts, Dtype t) const {
+  detail::record_backend_call("reduce_scatter_v", detail::elements_of(counts) * dtype_bytes(t));
   const char* what = "reduce_scatter_v";
   need(handle_.get(), what);
   copy(send, recv, the_count(counts, "counts", what), t);
@@ -163,6 +171,7 @@ void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64
                                     std::span<const std::int64_t> send_displs, void* recv,
                                     std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
                                     Dtype t) const {
+  detail::record_backend_call("all_to_all_v", detail::elements_of(send_counts) * dtype_bytes(t));
   const char* what = "all_to_all_v";
   need(handle_.get(), what);
   const std::int64_t sn = the_count(send_counts, "send counts", what), sd = the_count(send_displs, "send displacements", what);
@@ -176,6 +185,7 @@ void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64
 
 void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from,
                                        Dtype t) const {
+  detail::record_backend_call("exchange_blocks", detail::elements_of(to) * dtype_bytes(t));
   const char* what = "exchange_blocks";
   need(handle_.get(), what);
   if (to.size() != 1 || from.size() != 1)
@@ -202,6 +212,7 @@ void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> 
 }
 
 void Communicator::all_reduce_min(std::int64_t* /*buf*/, int count) const {
+  detail::record_backend_call("agreement", 0);
   need(handle_.get(), "all_reduce_min");
   need_count(count, "all_reduce_min");  // the minimum over one rank is the buffer itself
 }
@@ -247,13 +258,15 @@ Group::Group(const Communicator& c) : comm_(&c), state_(std::make_unique<State>(
 
 Group::~Group() = default;  // nothing is in flight: every message was delivered when it met its partner
 
-void Group::broadcast_raw(void* /*buf*/, std::int64_t count, Dtype /*t*/, int root) {
+void Group::broadcast_raw(void* /*buf*/, std::int64_t count, Dtype t, int root) {
+  detail::record_backend_call("broadcast", root == 0 ? count * dtype_bytes(t) : 0);
   need(comm_->handle_.get(), "Group::broadcast");
   need_count(count, "Group::broadcast");
   need_rank(root, "root", "Group::broadcast");
 }
 
 void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t, int root) {
+  detail::record_backend_call("reduce", count * dtype_bytes(t));
   need(comm_->handle_.get(), "Group::reduce");
   need_count(count, "Group::reduce");
   need_rank(root, "root", "Group::reduce");
@@ -261,6 +274,7 @@ void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t
 }
 
 void Group::send_raw(const void* buf, std::int64_t count, Dtype t, int peer) {
+  detail::record_backend_call("send", count * dtype_bytes(t));
   need(comm_->handle_.get(), "Group::send");
   need_count(count, "Group::send");
   need_rank(peer, "peer", "Group::send");
@@ -269,6 +283,7 @@ void Group::send_raw(const void* buf, std::int64_t count, Dtype t, int peer) {
 }
 
 void Group::recv_raw(void* buf, std::int64_t count, Dtype t, int peer) {
+  detail::record_backend_call("recv", 0);
   need(comm_->handle_.get(), "Group::recv");
   need_count(count, "Group::recv");
   need_rank(peer, "peer", "Group::recv");

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "shardex/core/backend_calls.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/device/cuda/runtime.hpp"
 
@@ -192,14 +193,26 @@ void Communicator::finish(ncclResult_t rc, const char* what) const {
   }
 }
 
+namespace {
+std::int64_t elem_bytes(ncclDataType_t t) {
+  switch (t) {
+    case ncclFloat32: return 4;
+    case ncclFloat64: case ncclInt64: return 8;
+    default: return 1;
+  }
+}
+}  // namespace
+
 void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
   if (count == 0) return;  // NCCL drops count-0 collectives anyway
+  detail::record_backend_call("all_gather", count * elem_bytes(t));
   begin("all_gather");
   finish(ncclAllGather(send, recv, static_cast<std::size_t>(count), t, handle_->comm, handle_->stream), "ncclAllGather");
 }
 
 void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
   if (count == 0) return;
+  detail::record_backend_call("reduce_scatter", size_ * count * elem_bytes(t));
   begin("reduce_scatter");
   finish(ncclReduceScatter(send, recv, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream),
          "ncclReduceScatter");
@@ -207,23 +220,20 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
 
 void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
   if (count == 0) return;
+  detail::record_backend_call("all_reduce", count * elem_bytes(t));
   begin("all_reduce");
   finish(ncclAllReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream), "ncclAllReduce");
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
   if (count == 0) return;
+  detail::record_backend_call("all_to_all", size_ * count * elem_bytes(t));
   begin("all_to_all");
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 3)
   finish(ncclAlltoAll(send, recv, static_cast<std::size_t>(count), t, handle_->comm, handle_->stream), "ncclAlltoAll");
 #else
   // Older NCCL: the same exchange as grouped send/receive.
-  std::size_t elem = 0;
-  switch (t) {
-    case ncclFloat32: elem = 4; break;
-    case ncclFloat64: case ncclInt64: elem = 8; break;
-    default: elem = 1; break;
-  }
+  const auto elem = static_cast<std::size_t>(elem_bytes(t));
   ncclResult_t rc = ncclGroupStart();
   for (int peer = 0; rc == ncclSuccess && peer < size_; ++peer) {
     rc = ncclSend(static_cast<const char*>(send) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t,
@@ -245,6 +255,7 @@ void Communicator::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t
   if (root < 0 || root >= size_)
     throw invalid_argument("shardex::nccl::broadcast" + where(control()) + ": root " + std::to_string(root) + " out of range");
   if (count == 0) return;
+  detail::record_backend_call("broadcast", root == rank_ ? count * elem_bytes(t) : 0);
   begin("broadcast");
   finish(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, handle_->comm, handle_->stream), "ncclBroadcast");
 }
@@ -294,12 +305,14 @@ void Group::check_issue(ncclResult_t rc, const char* what) {
 void Group::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) {
   check_peer(root, "broadcast");
   if (count == 0) return;
+  detail::record_backend_call("broadcast", root == comm_->rank() ? count * elem_bytes(t) : 0);
   check_issue(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, comm_->native(), comm_->stream()), "ncclBroadcast");
 }
 
 void Group::reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t, int root) {
   check_peer(root, "reduce");
   if (count == 0) return;
+  detail::record_backend_call("reduce", count * elem_bytes(t));
   check_issue(ncclReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, root, comm_->native(), comm_->stream()),
               "ncclReduce");
 }
@@ -307,12 +320,14 @@ void Group::reduce_raw(const void* send, void* recv, std::int64_t count, ncclDat
 void Group::send_raw(const void* buf, std::int64_t count, ncclDataType_t t, int peer) {
   check_peer(peer, "send");
   if (count == 0) return;
+  detail::record_backend_call("send", count * elem_bytes(t));
   check_issue(ncclSend(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclSend");
 }
 
 void Group::recv_raw(void* buf, std::int64_t count, ncclDataType_t t, int peer) {
   check_peer(peer, "recv");
   if (count == 0) return;
+  detail::record_backend_call("recv", 0);
   check_issue(ncclRecv(buf, static_cast<std::size_t>(count), t, peer, comm_->native(), comm_->stream()), "ncclRecv");
 }
 

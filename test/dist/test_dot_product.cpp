@@ -154,7 +154,7 @@ template <LayoutTag From, LayoutTag To>
   const auto x = random_tensor<From>(g, mf, seed);
   const auto w = random_tensor<dual_t<To>>(g, dual_mapping<To>(mt), seed + 1);
   const Tensor<X, To> tx = transit<To>(x, mt, s);
-  const Tensor<X, dual_t<From>> tw = adjoint::apply(w, dual_mapping<From>(mf), s);
+  const Tensor<X, dual_t<From>> tw = transit<dual_t<From>>(w, dual_mapping<From>(mf), s)  /* the entry adjoint_t<From, To> */;
   CHECK(tw.shape() == x.shape());
   CHECK(tw.local_shape() == x.local_shape());
 
@@ -164,7 +164,7 @@ template <LayoutTag From, LayoutTag To>
   const auto loss = eager::sum(transit<To>(xd, mt, s));
   backward(loss);
   const auto ones = Tensor<X, dual_t<To>>::ones(comm, g, dual_mapping<To>(mt));
-  const Tensor<X, dual_t<From>> t_ones = adjoint::apply(ones, dual_mapping<From>(mf), s);
+  const Tensor<X, dual_t<From>> t_ones = transit<dual_t<From>>(ones, dual_mapping<From>(mf), s);
   CHECK(xd.has_grad());
   if (xd.has_grad()) {
     static_assert(std::same_as<std::remove_cvref_t<decltype(xd.grad())>, Tensor<X, dual_t<From>>>);

@@ -603,7 +603,7 @@ template <LayoutTag From, LayoutTag To>
   using adjoint = adjoint_t<From, To>;
   static_assert(adjoint::exists);
   const auto gw = w.template relabel<dual_t<To>>(dual_mapping<To>(mapping_of<To>(lt)));
-  const Tensor<X, dual_t<From>> expected = adjoint::apply(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
+  const Tensor<X, dual_t<From>> expected = transit<dual_t<From>>(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
   check_same(view(x.grad()), view(expected), "the gradient against " + std::string(adjoint::name) + " " +
                                                  layout_name<dual_t<To>>() + " -> " + layout_name<dual_t<From>>() + " of w");
   ++st.runs;

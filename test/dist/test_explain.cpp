@@ -1,7 +1,7 @@
 // explain(expr): the plan that evaluating expr will run on this rank, asserted
 // line by line for the simplification cases of the planner
 // (expr/redistribute.hpp), with each collective's resolved strategy and the
-// bytes this rank puts into it. Then each expression is evaluated, and
+// bytes this rank hands the backend to send. Then each expression is evaluated, and
 //  - evaluating runs what explain said: the ops recorded in the result's
 //    autodiff graph (tensor/grad_node.hpp, Node::op) are the plan's steps;
 //  - the values and the gradients equal those of the chain as the user wrote
@@ -43,6 +43,16 @@ Lens lens_b(int n) {
 std::string sh(int d, const Lens& ls) { return "S(" + std::to_string(d) + ")" + shardex::to_string(ls); }
 std::int64_t at(const Lens& ls, int r) { return ls[static_cast<std::size_t>(r)]; }
 std::int64_t max_len(const Lens& ls) { return max_of(std::span<const std::int64_t>(ls)); }
+/// Rows rank r holds under both lengths lists (a send/receive reshard keeps them: it does not send them).
+std::int64_t kept_rows(const Lens& a, const Lens& b, int r) {
+  std::int64_t oa = 0, ob = 0;
+  for (int i = 0; i < r; ++i) oa += at(a, i), ob += at(b, i);
+  return std::max<std::int64_t>(0, std::min(oa + at(a, r), ob + at(b, r)) - std::max(oa, ob));
+}
+/// The bytes a reshard a -> b hands the backend on rank r: its rows, less the kept ones with send_recv.
+std::int64_t reshard_bytes(const std::string& strategy, const Lens& a, const Lens& b, int r, std::int64_t row) {
+  return (at(a, r) - (strategy == "send_recv" ? kept_rows(a, b, r) : 0)) * row;
+}
 
 /// The same global values 1 .. 36 for R, I and S tensors; for P, rank r holds
 /// (r + 1) times them, so the logical value is n (n + 1) / 2 times them.
@@ -314,14 +324,16 @@ TEST_CASE_TEMPLATE("explain: a chain through a sharding of other lengths", T, fl
     auto [plan, x1, y1] = check_simplified(
         s, [&](const auto& x) { return slice<Sharded<0>>(all_gather(x), b); },
         [&](const auto& x) { return eager::dynamic_slice<Sharded<0>>(eager::all_gather(x), b); },
-        line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem), at(a, r) * cols * elem) + "simplified: all_gather " + sh(0, a) +
+        line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem),
+             reshard_bytes(picked(CollectiveOp::reshard, b, cols * elem), a, b, r, cols * elem)) + "simplified: all_gather " + sh(0, a) +
             " -> R then slice R -> " + sh(0, b) + " => reshard " + sh(0, a) + " -> " + sh(0, b) + "\n");
     CHECK(y1.local_shape() == Shape{at(b, r), cols});
     // One transition that is not what the user named: all_to_all along the same dim is a reshard.
     check_simplified(
         s, [&](const auto& x) { return all_to_all<Sharded<0>>(x, b); },
         [&](const auto& x) { return eager::all_to_all<Sharded<0>>(x, b); },
-        line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem), at(a, r) * cols * elem) + "simplified: all_to_all " + sh(0, a) +
+        line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem),
+             reshard_bytes(picked(CollectiveOp::reshard, b, cols * elem), a, b, r, cols * elem)) + "simplified: all_to_all " + sh(0, a) +
             " -> " + sh(0, b) + " => reshard " + sh(0, a) + " -> " + sh(0, b) + "\n");
   }
 }
@@ -388,7 +400,9 @@ TEST_CASE_TEMPLATE("explain: a single step as written has no simplification line
   CHECK(explain(all_reduce<Invariant>(p)).str() == line("all_reduce", "P(sum)", "I", "all_reduce", whole));
   CHECK(explain(slice<Sharded<0>>(rr, a)).str() == local_line("slice", "R", sh(0, a)));
   CHECK(explain(dynamic_slice<Sharded<1>>(i, a)).str() == local_line("slice", "I", sh(1, a)));
-  CHECK(explain(all_to_all<Sharded<1>>(s, b)).str() == line("all_to_all", sh(0, a), sh(1, b), picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided), mine));
+  const std::string a2a = picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided);  // send_recv keeps its own piece
+  CHECK(explain(all_to_all<Sharded<1>>(s, b)).str() ==
+        line("all_to_all", sh(0, a), sh(1, b), a2a, at(a, r) * (cols - (a2a == "send_recv" ? at(b, r) : 0)) * elem));
   CHECK(explain(replicate(i)).str() == local_line("replicate", "I", "R"));
   CHECK(explain(zero_pad(s)).str() == local_line("zero_pad", sh(0, a), "P(sum)"));
   // redistribute<To> asks the planner for the route: no line either.
@@ -416,9 +430,12 @@ TEST_CASE_TEMPLATE("explain: the resolved strategy and the bytes this rank contr
   const std::int64_t elem = sizeof(T), row = cols * elem;  // bytes of one row of a Sharded<0> tensor
   const auto s = make<T, Sharded<0>>(a);
   const auto p = make<T, Partial>();
+  const std::string a2a = picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided);
   const auto step = [](const auto& e) {
     const Plan pl = explain(e);
-    return pl.steps.size() == 1 ? pl.steps[0] : PlanStep{"(not one step)", "", "", "", -1, false};
+    PlanStep none = PlanStep::local("(not one step)", "", "");
+    none.bytes = -1;
+    return pl.steps.size() == 1 ? pl.steps[0] : none;
   };
   struct Want {
     PlanStep got;
@@ -437,12 +454,13 @@ TEST_CASE_TEMPLATE("explain: the resolved strategy and the bytes this rank contr
       {step(reduce_scatter<Sharded<0>>(p, b, Strategy::padded)), "padded", n * max_len(b) * row},
       // all_reduce: the whole tensor, one lowering.
       {step(all_reduce(p)), "all_reduce", rows * cols * elem},
-      // all_to_all S(0)[a] -> S(1)[b]: my local part; padded: n slots of max(a) x max(b).
-      {step(all_to_all<Sharded<1>>(s, b)), picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided), at(a, r) * cols * elem},
-      {step(all_to_all<Sharded<1>>(s, b, Strategy::send_recv)), "send_recv", at(a, r) * cols * elem},
+      // padded: n slots of max(a) x max(b).
+      // all_to_all S(0)[a] -> S(1)[b]: my local part (send_recv keeps my own piece, a[r] x b[r]);
+      {step(all_to_all<Sharded<1>>(s, b)), a2a, at(a, r) * (cols - (a2a == "send_recv" ? at(b, r) : 0)) * elem},
+      {step(all_to_all<Sharded<1>>(s, b, Strategy::send_recv)), "send_recv", at(a, r) * (cols - at(b, r)) * elem},
       {step(all_to_all<Sharded<1>>(s, b, Strategy::padded)), "padded", n * max_len(a) * max_len(b) * elem},
-      // A reshard puts my rows into the exchange.
-      {step(redistribute<Sharded<0>>(s, b, Strategy::send_recv)), n > 1 ? "send_recv" : "", n > 1 ? at(a, r) * row : -1},
+      // A reshard puts my rows into the exchange, less those I keep.
+      {step(redistribute<Sharded<0>>(s, b, Strategy::send_recv)), n > 1 ? "send_recv" : "", n > 1 ? reshard_bytes("send_recv", a, b, r, row) : -1},
   };
   for (const auto& w : wants) {
     CAPTURE(w.got.op);

@@ -2,7 +2,10 @@
 /// @file
 /// @brief `explain(expr)`: the plan evaluating `expr` will run on this rank,
 /// without running it: each collective with its resolved strategy and the
-/// bytes this rank puts into it, the local steps, and the simplifications.
+/// bytes this rank hands the backend to send, the local steps, and the
+/// simplifications. Nothing is computed twice: a chain's steps come from the
+/// walk evaluation makes (walk_chain), and each step from its table entry's
+/// plan(), which the entry's apply() runs.
 ///
 /// @code
 /// auto y = all_gather(reduce_scatter<Sharded<0>>(p, {1, 2, 3, 0}));  // p: Partial, float, 6 x 5
@@ -49,54 +52,6 @@ void chain_written(const E& e, std::vector<std::string>& out) {
   }
 }
 
-/// The plan step of the table entry From -> To applied to a tensor of global
-/// shape `g`; the strategy is resolved exactly as the entry will resolve it.
-template <class T, LayoutTag From, LayoutTag To, class Comm>
-PlanStep describe_step(const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s,
-                       const Comm& comm) {
-  using Entry = transition<From, To>;
-  PlanStep step{Entry::name, layout_name(fm), layout_name(tm), "", 0, false};
-  const auto elem = static_cast<std::int64_t>(sizeof(T));
-  const int n = comm.size(), me = comm.rank();
-  const bool has_v = Comm::has_v_collectives;
-  const auto row = [&](int d) { return d < g.rank() ? g.outer(d) * g.inner(d) * elem : 0; };
-  const auto us = [](int i) { return static_cast<std::size_t>(i); };
-  if constexpr (std::string_view(Entry::name) == "all_gather") {
-    const auto ls = fm.lengths();
-    const Strategy r = resolve_strategy(s, CollectiveOp::all_gather, ls, row(From::dim), has_v, pieces_along(g, From::dim));
-    step.strategy = strategy_name(r);
-    step.bytes = (r == Strategy::padded ? max_of(ls) : ls[us(me)]) * row(From::dim);
-  } else if constexpr (std::string_view(Entry::name) == "reduce_scatter") {
-    const auto ls = tm.lengths();
-    const Strategy r = resolve_strategy(s, CollectiveOp::reduce_scatter, ls, row(To::dim), has_v, pieces_along(g, To::dim));
-    step.strategy = strategy_name(r);
-    step.bytes = r == Strategy::padded ? n * max_of(ls) * row(To::dim) : g.numel() * elem;
-  } else if constexpr (std::string_view(Entry::name) == "all_to_all") {
-    const auto lc = fm.lengths(), ls = tm.lengths();
-    const Strategy r = resolve_strategy(s, CollectiveOp::all_to_all, ls, row(To::dim), has_v,
-                                        pieces_along(g, std::max(From::dim, To::dim)));
-    step.strategy = strategy_name(r);
-    std::int64_t rest = 1;
-    for (int d = 0; d < g.rank(); ++d)
-      if (d != From::dim && d != To::dim) rest *= g[d];
-    const std::int64_t mine = rest * lc[us(me)] * (To::dim < g.rank() ? g[To::dim] : 0) * elem;
-    step.bytes = r == Strategy::padded ? n * rest * max_of(lc) * max_of(ls) * elem : mine;
-  } else if constexpr (std::string_view(Entry::name) == "reshard") {
-    if (std::ranges::equal(fm.lengths(), tm.lengths())) {
-      step.op = "identity";
-      return step;
-    }
-    const Strategy r = resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), row(To::dim), has_v, pieces_along(g, To::dim));
-    step.strategy = strategy_name(r);
-    step.bytes = fm.lengths()[us(me)] * row(From::dim);
-  } else if constexpr (std::string_view(Entry::name) == "all_reduce") {
-    step.strategy = "all_reduce";
-    step.bytes = g.numel() * elem;
-  }
-  step.communicates = Entry::communicates;
-  return step;
-}
-
 template <class E>
 void explain_into(Plan& p, const E& e);
 
@@ -114,72 +69,64 @@ void explain_fused(Plan& p, const E& e, std::string& names, std::vector<std::str
   }
 }
 
-/// The steps of the route From -> To (none if it vanishes).
-template <class T, LayoutTag From, LayoutTag To, class Comm>
-void push_route(Plan& p, const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s,
-                const Comm& comm) {
-  using R = route<From, To>;
-  // Each step's backward is its adjoint entry, run in reverse order: found in
-  // the same table (adjoint_t), not written here.
-  const auto step = [&]<LayoutTag A, LayoutTag B>(const layout_mapping<A>& am, const layout_mapping<B>& bm) {
-    p.steps.push_back(describe_step<T, A, B>(g, am, bm, s, comm));
-    p.backward.insert(p.backward.begin(),
-                      describe_step<T, dual_t<B>, dual_t<A>>(g, dual_mapping<B>(bm), dual_mapping<A>(am), s, comm));
-  };
-  if constexpr (R::vanishes) {
-  } else if constexpr (R::direct) {
-    step(fm, tm);
-  } else if constexpr (!std::is_void_v<typename R::via>) {
-    using M = typename R::via;
-    step(fm, layout_mapping<M>{});
-    step(layout_mapping<M>{}, tm);
-  }
-}
+/// A tensor as explain follows it through a chain: its layout, global shape
+/// and mapping, without data.
+template <class T, LayoutTag L>
+struct Described {
+  using value_type = T;
+  using layout_type = L;
+  Shape shape;
+  layout_mapping<L> mapping;
+};
 
-/// The steps evaluate(r) runs after the chain's source, as it runs them: the
-/// route from the source to r's layout, or, where there is none, the steps
-/// of the chain below r's last step, then the route of that step.
-template <class E>
-void route_steps(Plan& p, const E& r) {
-  using T = typename E::value_type;
-  using To = typename E::layout_type;
-  using Inner = std::remove_cvref_t<decltype(r.arg())>;
-  const auto& src = chain_source(r);
-  using From = typename std::remove_cvref_t<decltype(src)>::layout_type;
-  if constexpr (!route<From, To>::exists && is_redistribute<Inner>::value) {
-    route_steps(p, r.arg());
-    push_route<T, typename Inner::layout_type, To>(p, r.arg().shape(), r.arg().mapping(), r.mapping(), r.strategy(),
-                                                   src.comm());
-  } else {
-    push_route<T, From, To>(p, src.shape(), src.mapping(), r.mapping(), r.strategy(), src.comm());
+/// Explain's steps of the walk of a chain (walk_chain, expr/redistribute.hpp,
+/// which evaluation walks too): the source is explained and described, and
+/// each step is the entry's own plan, with its adjoint's plan for backward.
+/// A step that moves nothing is not run, so it is not listed.
+struct Explainer {
+  Plan& p;
+  Ranks ranks;
+  std::size_t first = 0;  ///< the chain's first step (after its source's)
+  template <class R>
+  auto source(const R& r) {
+    const auto& src = chain_source(r);
+    explain_into(p, src);
+    first = p.steps.size();
+    using X = std::remove_cvref_t<decltype(src)>;
+    return Described<typename X::value_type, typename X::layout_type>{src.shape(), src.mapping()};
   }
-}
+  template <LayoutTag B, class T, LayoutTag A>
+  Described<T, B> go(const Described<T, A>& x, const layout_mapping<B>& to, Strategy s) {
+    const PlanStep step = planned<transition<A, B>, T>(x.shape, x.mapping, to, s, ranks);
+    if (step.moves) {
+      p.steps.push_back(step);
+      // Its backward is the adjoint entry of the same table, run in reverse order.
+      p.backward.insert(p.backward.begin(),
+                        planned<adjoint_t<A, B>, T>(x.shape, dual_mapping<B>(to), dual_mapping<A>(x.mapping), s, ranks));
+    }
+    return {x.shape, to};
+  }
+};
 
 template <class E>
 void explain_chain(Plan& p, const E& r) {
-  const auto& src = chain_source(r);
-  explain_into(p, src);
-  const std::size_t first = p.steps.size();
-  route_steps(p, r);
+  Explainer walker{p, ranks_of(chain_source(r).comm())};
+  walk_chain(r, walker);
+  const std::size_t first = walker.first;
   // Say what the simplification did when the user's chain differs from the route.
   std::vector<std::string> wrote;
   chain_written(r, wrote);
   std::string ran, asked;
   for (std::size_t i = first; i < p.steps.size(); ++i)
-    if (p.steps[i].op != "identity")
-      ran += (ran.empty() ? "" : " then ") + p.steps[i].op + " " + p.steps[i].from + " -> " + p.steps[i].to;
+    ran += (ran.empty() ? "" : " then ") + p.steps[i].op + " " + p.steps[i].from + " -> " + p.steps[i].to;
   for (const auto& w : wrote) asked += (asked.empty() ? "" : " then ") + w;
   // The user's steps ran as written (or the planner was asked to route and
-  // found a step to run): nothing to say. An identity always gets a line.
-  const std::string first_name = wrote.front().substr(0, wrote.front().find(' '));
-  const std::size_t ran_steps = static_cast<std::size_t>(
-      std::count_if(p.steps.begin() + static_cast<std::ptrdiff_t>(first), p.steps.end(), [](const PlanStep& s) { return s.op != "identity"; }));
+  // found a step to run): nothing to say. A chain that runs nothing always
+  // gets a line.
+  const std::size_t ran_steps = p.steps.size() - first;
   const bool as_written = wrote.size() == 1 && ran_steps > 0 &&
-                          (first_name == "redistribute" || (ran_steps == 1 && p.steps.back().op == first_name));
+                          (r.name() == std::string_view("redistribute") || (ran_steps == 1 && p.steps.back().op == r.name()));
   if (!as_written && asked != ran) p.simplifications.push_back(asked + " => " + (ran.empty() ? std::string("nothing (identity)") : ran));
-  // Identity steps are not run: drop them from the plan.
-  std::erase_if(p.steps, [](const PlanStep& s) { return s.op == "identity"; });
-  std::erase_if(p.backward, [](const PlanStep& s) { return s.op == "identity"; });
 }
 
 template <class E>
@@ -198,20 +145,20 @@ void explain_into(Plan& p, const E& e) {
     std::string from;
     for (const auto& o : operands) from += (from.empty() ? "" : ", ") + o;
     if (operands.size() > 1) from = "(" + from + ")";
-    p.steps.push_back({"fused " + names, from, layout_name(e.mapping()), "", 0, false});
+    p.steps.push_back(PlanStep::local("fused " + names, from, layout_name(e.mapping())));
   } else if constexpr (requires { e.q(); e.k(); e.v(); }) {
     explain_into(p, e.q());
     explain_into(p, e.k());
     explain_into(p, e.v());
-    p.steps.push_back({E::node_name, layout_name<typename E::layout_type>(), layout_name<typename E::layout_type>(), "", 0, false});
+    p.steps.push_back(PlanStep::local(E::node_name, layout_name<typename E::layout_type>(), layout_name<typename E::layout_type>()));
   } else if constexpr (requires { e.lhs(); e.rhs(); }) {
     explain_into(p, e.lhs());
     explain_into(p, e.rhs());
-    p.steps.push_back({"matmul", layout_name(e.lhs().mapping()) + " x " + layout_name(e.rhs().mapping()),
-                       layout_name(e.mapping()), "", 0, false});
+    p.steps.push_back(PlanStep::local("matmul", layout_name(e.lhs().mapping()) + " x " + layout_name(e.rhs().mapping()),
+                                      layout_name(e.mapping())));
   } else {
     explain_into(p, e.arg());
-    p.steps.push_back({E::node_name, layout_name(e.arg().mapping()), layout_name(e.mapping()), "", 0, false});
+    p.steps.push_back(PlanStep::local(E::node_name, layout_name(e.arg().mapping()), layout_name(e.mapping())));
   }
 }
 

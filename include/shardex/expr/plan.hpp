@@ -1,23 +1,18 @@
 #pragma once
 /// @file
 /// @brief `Plan`: what evaluating an expression will run, as `explain(expr)`
-/// returns it: each step (collective or local), its strategy, the bytes this
-/// rank contributes, and the simplifications that were applied.
+/// returns it: each step (collective or local, transition/plan_step.hpp), its
+/// strategy, the bytes this rank hands the backend to send, and the
+/// simplifications that were applied.
 
 #include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
 
-namespace shardex {
+#include "shardex/transition/plan_step.hpp"
 
-struct PlanStep {
-  std::string op;        ///< "all_gather", "reduce_scatter", "all_reduce", "matmul", ...
-  std::string from, to;  ///< layouts in the notation of layout_name()
-  std::string strategy;  ///< resolved lowering of a collective; empty for local steps
-  std::int64_t bytes = 0;  ///< bytes this rank puts into the collective (0 for local steps)
-  bool communicates = false;
-};
+namespace shardex {
 
 struct Plan {
   std::vector<PlanStep> steps;

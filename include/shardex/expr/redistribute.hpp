@@ -140,41 +140,68 @@ auto redistribute(const E& x, layout_mapping<To> to = lengths_from_type<To>(), S
   detail::check_strategy<E>(s);
   return Redistribute<E, To>(x, std::move(to), s, "redistribute");
 }
-template <ShardedLayout To, TensorExpr E, StrategyLike S = Strategy>
-  requires(!To::has_static_lengths)
-auto redistribute(const E& x, std::vector<std::int64_t> lengths, S s = Strategy::automatic) {
-  detail::check_strategy<E>(s);
-  return Redistribute<E, To>(x, layout_mapping<To>(std::move(lengths)), s, "redistribute");
+
+namespace detail {
+
+/// The steps of the route From -> To, from `x` (a tensor, or a description of
+/// one), each through `step.template go<B>(x, mapping, strategy)`: none if
+/// the route vanishes, the direct entry, or two entries via a whole layout.
+template <LayoutTag To, class X, class Step>
+auto walk_route(X x, const layout_mapping<To>& to, Strategy s, Step& step) {
+  using R = route<typename X::layout_type, To>;
+  if constexpr (R::vanishes) {
+    return x;
+  } else if constexpr (R::direct) {
+    return step.template go<To>(std::move(x), to, s);
+  } else {
+    using M = typename R::via;
+    return step.template go<To>(step.template go<M>(std::move(x), layout_mapping<M>{}, s), to, s);
+  }
 }
+
+/// The steps evaluating `r` makes, in order, through `step`: the chain's
+/// source (`step.source(r)`), then the route from it to r's layout; where
+/// there is none (zero_pad(slice<S>(x)) of a Replicated x: R -> S -> P, and no
+/// R -> P), the steps of the chain below r's last step, then that step's
+/// route. The one walk of a chain: evaluation (`Runner`) runs it, `explain`
+/// (expr/explain.hpp) records it.
+template <class E, LayoutTag To, class Step>
+auto walk_chain(const Redistribute<E, To>& r, Step& step) {
+  using From = typename std::remove_cvref_t<decltype(chain_source(r))>::layout_type;
+  static_assert(route<From, To>::exists || is_redistribute<E>::value, SHARDEX_ERR_REDISTRIBUTE_NO_ROUTE);
+  if constexpr (!route<From, To>::exists) {
+    return walk_route<To>(walk_chain(r.arg(), step), r.mapping(), r.strategy(), step);
+  } else {
+    return walk_route<To>(step.source(r), r.mapping(), r.strategy(), step);
+  }
+}
+
+/// Evaluation's steps: the source is evaluated (and the lengths inside a
+/// chain, which the simplification removes, are agreed on), each step is the
+/// table entry run by transit.
+struct Runner {
+  template <class R>
+  auto source(const R& r) {
+    auto x = eval(chain_source(r));
+    if constexpr (chain_length<R>::value > 1) {
+      Signature sig;
+      sig.add("shardex::redistribute chain");
+      agree(x.comm(), check_inner(r, x.shape(), x.world_size(), x.rank()), sig, "shardex::redistribute");
+    }
+    return x;
+  }
+  template <LayoutTag B, class X>
+  auto go(const X& x, const layout_mapping<B>& to, Strategy s) {
+    return transit<B>(x, to, s);
+  }
+};
+
+}  // namespace detail
 
 template <TensorExpr E, LayoutTag To>
 auto evaluate(const Redistribute<E, To>& r) {
-  using From = typename std::remove_cvref_t<decltype(detail::chain_source(r))>::layout_type;
-  using R = detail::route<From, To>;
-  static_assert(R::exists || detail::is_redistribute<E>::value, SHARDEX_ERR_REDISTRIBUTE_NO_ROUTE);
-  if constexpr (!R::exists) {
-    // A chain whose every step has a route but whose source has none to To
-    // (zero_pad(slice<S>(x)) of a Replicated x: R -> S -> P, and no R -> P):
-    // the chain below the last step is simplified, then the last step runs.
-    auto inner = eval(r.arg());
-    return evaluate(Redistribute<decltype(inner), To>(inner, r.mapping(), r.strategy(), r.name()));
-  } else {
-    const auto& src = detail::chain_source(r);
-    auto x = eval(src);
-    if constexpr (detail::chain_length<Redistribute<E, To>>::value > 1) {
-      detail::Signature sig;
-      sig.add("shardex::redistribute chain");
-      detail::agree(x.comm(), detail::check_inner(r, x.shape(), x.world_size(), x.rank()), sig, "shardex::redistribute");
-    }
-    if constexpr (R::vanishes) {
-      return x;
-    } else if constexpr (R::direct) {
-      return transit<To>(x, r.mapping(), r.strategy());
-    } else {
-      using M = typename R::via;
-      return transit<To>(transit<M>(x, {}, r.strategy()), r.mapping(), r.strategy());
-    }
-  }
+  detail::Runner run;
+  return detail::walk_chain(r, run);
 }
 
 // ---- the user's spellings ------------------------------------------------------

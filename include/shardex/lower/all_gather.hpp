@@ -37,6 +37,17 @@ struct RankMajor {
 };
 }  // namespace detail
 
+/// The bytes the all_gather below hands the backend to send on rank `me`
+/// with strategy `s` (resolved): what `explain` reports for the step. The
+/// test plan_runs checks it against the backend calls of every case.
+inline std::int64_t all_gather_sent_bytes(Strategy s, int n, int me, const DimView& full, std::span<const std::int64_t> lens,
+                                          std::int64_t elem, bool has_v) {
+  const std::int64_t row = full.outer * full.inner * elem, mine = lens[static_cast<std::size_t>(me)];
+  if (s == Strategy::padded) return max_of(lens) * row;
+  if (s == Strategy::v_collective && has_v && full.outer != 1) return n * mine * row;  // one block per rank
+  return mine * row;  // v collective, or the broadcast this rank roots
+}
+
 /// out (outer, N, inner) <- concatenation along the middle dim of every rank's
 /// `local` (outer, lens[rank], inner). `s` must be resolved (not automatic).
 template <class Dev, class Comm, class T>

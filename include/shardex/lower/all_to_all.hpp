@@ -18,6 +18,23 @@
 
 namespace shardex::lower {
 
+/// The bytes the all_to_all below hands the backend to send on rank `me`
+/// (`x_shape` is this rank's local shape): what `explain` reports.
+inline std::int64_t all_to_all_sent_bytes(Strategy s, int n, int me, const Shape& x_shape, int dim_c, int dim_s,
+                                          std::span<const std::int64_t> lens_c, std::span<const std::int64_t> lens_s,
+                                          std::int64_t elem, bool has_v) {
+  if (s == Strategy::padded) {
+    std::int64_t rest = 1;
+    for (int d = 0; d < x_shape.rank(); ++d)
+      if (d != dim_c && d != dim_s) rest *= x_shape[d];
+    return n * rest * max_of(lens_c) * max_of(lens_s) * elem;
+  }
+  const std::int64_t all = x_shape.numel() * elem;
+  if (s == Strategy::v_collective && has_v) return all;
+  const DimView xs = DimView::of(x_shape, dim_s);  // send_recv: the own piece is copied, not sent
+  return all - xs.outer * lens_s[static_cast<std::size_t>(me)] * xs.inner * elem;
+}
+
 template <class Dev, class Comm, class T>
 void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, T* y, const Shape& y_shape, int dim_c,
                 int dim_s, std::span<const std::int64_t> lens_c, std::span<const std::int64_t> lens_s) {

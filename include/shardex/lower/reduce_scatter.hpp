@@ -13,6 +13,14 @@
 
 namespace shardex::lower {
 
+/// The bytes the reduce_scatter below hands the backend to send (every
+/// rank sends the whole tensor, or n padded blocks): what `explain` reports.
+inline std::int64_t reduce_scatter_sent_bytes(Strategy s, int n, const DimView& full, std::span<const std::int64_t> lens,
+                                              std::int64_t elem) {
+  const std::int64_t row = full.outer * full.inner * elem;
+  return s == Strategy::padded ? n * max_of(lens) * row : full.extent * row;
+}
+
 template <class Dev, class Comm, class T>
 void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const DimView& full, std::span<const std::int64_t> lens) {
   const int n = comm.size(), me = comm.rank();

@@ -15,6 +15,18 @@
 
 namespace shardex::lower {
 
+/// The bytes the reshard below hands the backend to send on rank `me`: its
+/// old rows (send_recv keeps the ones it holds in both and copies them).
+inline std::int64_t reshard_sent_bytes(Strategy s, int me, const Shape& global, int dim, std::span<const std::int64_t> old_lens,
+                                       std::span<const std::int64_t> new_lens, std::int64_t elem, bool has_v) {
+  const auto a = offsets_of(old_lens), c = offsets_of(new_lens);
+  const auto m = static_cast<std::size_t>(me);
+  const std::int64_t row = global.outer(dim) * global.inner(dim) * elem;
+  if (s == Strategy::v_collective && has_v) return old_lens[m] * row;
+  const std::int64_t kept = std::max<std::int64_t>(0, std::min(a[m + 1], c[m + 1]) - std::max(a[m], c[m]));
+  return (old_lens[m] - kept) * row;
+}
+
 template <class Dev, class Comm, class T>
 void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global, int dim, std::span<const std::int64_t> old_lens,
              std::span<const std::int64_t> new_lens) {

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "shardex/core/agree.hpp"
@@ -28,6 +27,7 @@
 #include "shardex/lower/all_to_all.hpp"
 #include "shardex/lower/reduce_scatter.hpp"
 #include "shardex/lower/reshard.hpp"
+#include "shardex/transition/plan_step.hpp"
 #include "shardex/transition/transition.hpp"
 
 namespace shardex {
@@ -43,23 +43,17 @@ std::string describe_call(const char* name, const X& x, const layout_mapping<To>
   return s;
 }
 
-/// The strategy the last prepare() on this thread resolved (for the trace).
-inline Strategy& last_resolved_strategy() noexcept {
-  thread_local Strategy s = Strategy::automatic;
-  return s;
-}
-
-/// The trace's arguments of a transition (core/trace.hpp).
+/// The trace's arguments of a transition (core/trace.hpp): the step it ran.
 template <class X, class Y>
-std::string trace_args(const X& x, const Y& y, bool communicates) {
+std::string trace_args(const X& x, const Y& y, const PlanStep& ran) {
   std::string a = trace::json_string_member("from", layout_name(x.mapping())) + "," +
                   trace::json_string_member("to", layout_name(y.mapping())) + "," +
                   trace::json_string_member("shape", x.shape().str()) + "," +
                   trace::json_string_member("dtype", dtype_name<typename X::value_type>()) + "," +
                   "\"bytes_in\":" + std::to_string(x.size() * std::int64_t(sizeof(typename X::value_type))) + "," +
                   "\"bytes_out\":" + std::to_string(y.size() * std::int64_t(sizeof(typename Y::value_type)));
-  if (communicates)
-    a += "," + trace::json_string_member("strategy", strategy_name(last_resolved_strategy())) + "," +
+  if (ran.communicates)
+    a += "," + trace::json_string_member("strategy", ran.strategy) + "," +
          trace::json_string_member("communicator", control_of(x.comm()).description());
   return a;
 }
@@ -94,35 +88,41 @@ std::int64_t adjoint_signature(const Shape& shape, const layout_mapping<From>& f
   return sig.value() | 1;  // never 0, which means "no collective"
 }
 
-/// The checks every rank can make alone, then (for communicating entries, and
-/// slice, whose lengths must hold on every rank) the
-/// cross-rank agreement of agree.hpp. Returns the resolved strategy.
-/// `op` is the strategy-bearing collective of the entry (none for the others).
-template <LayoutTag To, class X>
-Strategy prepare(const char* name, bool agrees_across_ranks, const X& x, const layout_mapping<To>& to, Strategy s = Strategy::automatic,
-                 std::optional<CollectiveOp> op = std::nullopt, std::int64_t row_bytes = 0,
-                 std::span<const std::int64_t> lens = {}, Pieces pieces = Pieces::contiguous) {
+/// The step `Entry` makes of a tensor of global shape `g` (Entry::plan),
+/// after the checks of the target's mapping that planning relies on. Throws
+/// invalid_argument (a bad mapping, a strategy the operation has none of).
+template <class Entry, class T, LayoutTag From, LayoutTag To>
+PlanStep planned(const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s, Ranks r) {
+  if constexpr (is_sharded_v<To>) {
+    if (std::string err = mapping_problem<To>(tm, g, r.size); !err.empty()) throw invalid_argument(err);
+  }
+  return Entry::plan(g, fm, tm, s, r, static_cast<std::int64_t>(sizeof(T)));
+}
+
+/// The checks every rank can make alone and the step planned from them, then
+/// (for communicating entries, and slice, whose lengths must hold on every
+/// rank) the cross-rank agreement of agree.hpp on both. Returns the step,
+/// which the entry then runs as planned.
+template <class Entry, class X, LayoutTag To>
+PlanStep prepare(bool agrees_across_ranks, const X& x, const layout_mapping<To>& to, Strategy s) {
+  const char* name = Entry::name;
   if (!x.valid()) x.require_valid((std::string("shardex::") + name).c_str());
   // The call's text is built only for an error message.
   const auto call = [&] { return describe_call<To>(name, x, to); };
   std::string err;
-  Strategy resolved = Strategy::automatic;
-  if constexpr (is_sharded_v<To>) err = mapping_problem<To>(to, x.shape(), x.world_size());
-  if (err.empty() && op) {
-    try {
-      resolved = resolve_strategy(s, *op, lens, row_bytes, X::communicator_type::has_v_collectives, pieces);
-    } catch (const invalid_argument& e) {
-      err = e.what();
-    }
+  PlanStep step;
+  try {
+    step = planned<Entry, typename X::value_type>(x.shape(), x.mapping(), to, s, ranks_of(x.comm()));
+  } catch (const invalid_argument& e) {
+    err = call() + ": " + e.what();
   }
-  if (!err.empty()) err = call() + ": " + err;
   if (!agrees_across_ranks) {
     if (!err.empty()) throw invalid_argument(err);
-    return resolved;
+    return step;
   }
   Signature sig;
   sig.add(name).add(dtype_name<typename X::value_type>()).add(cached_layout_name<typename X::layout_type>()).add(cached_layout_name<To>());
-  sig.add(static_cast<std::int64_t>(resolved));
+  sig.add(static_cast<std::int64_t>(step.lowering));
   for (auto e : x.shape().extents()) sig.add(e);
   if constexpr (is_sharded_v<typename X::layout_type>)
     for (auto l : x.lengths()) sig.add(l);
@@ -131,16 +131,13 @@ Strategy prepare(const char* name, bool agrees_across_ranks, const X& x, const l
       for (auto l : to.lengths()) sig.add(l);
   }
   // The strategy is part of the call: name it, or a mismatch in it reads as none.
-  agree(x.comm(), err, sig, [&] { return op && err.empty() ? call() + " (strategy " + strategy_name(resolved) + ")" : call(); });
-  last_resolved_strategy() = resolved;
-  return resolved;
+  agree(x.comm(), err, sig, [&] { return step.communicates && err.empty() ? call() + " (strategy " + step.strategy + ")" : call(); });
+  return step;
 }
 
-/// Bytes of one index along `dim` (0 when dim is out of range; prepare() reports that).
-template <class T, LayoutTag L, class Dev>
-std::int64_t row_bytes(const Tensor<T, L, Dev>& x, int dim) {
-  if (dim >= x.shape().rank()) return 0;
-  return x.shape().outer(dim) * x.shape().inner(dim) * static_cast<std::int64_t>(sizeof(T));
+/// Bytes of one index along `dim` of a tensor of global shape `g`.
+inline std::int64_t row_bytes(const Shape& g, int dim, std::int64_t elem) {
+  return dim < g.rank() ? g.outer(dim) * g.inner(dim) * elem : 0;
 }
 
 }  // namespace detail
@@ -152,13 +149,20 @@ struct transition<Sharded<D, Ls>, To> {
   static constexpr const char* name = "all_gather";
   static constexpr bool communicates = true;
 
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, Ls>>& fm, const layout_mapping<To>& tm, Strategy s,
+                       Ranks r, std::int64_t elem) {
+    const Strategy lw =
+        resolve_strategy(s, CollectiveOp::all_gather, fm.lengths(), detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
+    return detail::collective_step_of(name, fm, tm, lw, strategy_name(lw),
+                                      lower::all_gather_sent_bytes(lw, r.size, r.rank, DimView::of(g, D), fm.lengths(), elem, r.has_v));
+  }
+
   template <class T, class Dev>
-  static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s) {
+  static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
-    s = detail::prepare<To>(name, true, x, to, s, CollectiveOp::all_gather, detail::row_bytes(x, D), x.lengths(),
-                            pieces_along(x.shape(), D));
+    ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());  // every row is received
-    lower::all_gather<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
+    lower::all_gather<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
     return out;
   }
 };
@@ -170,14 +174,21 @@ struct transition<Partial, Sharded<D, Ls>> {
   static constexpr const char* name = "reduce_scatter";
   static constexpr bool communicates = true;
 
+  static PlanStep plan(const Shape& g, const layout_mapping<Partial>& fm, const layout_mapping<Sharded<D, Ls>>& tm, Strategy s,
+                       Ranks r, std::int64_t elem) {
+    const Strategy lw = resolve_strategy(s, CollectiveOp::reduce_scatter, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v,
+                                         pieces_along(g, D));
+    return detail::collective_step_of(name, fm, tm, lw, strategy_name(lw),
+                                      lower::reduce_scatter_sent_bytes(lw, r.size, DimView::of(g, D), tm.lengths(), elem));
+  }
+
   template <class T, class Dev>
   static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to,
-                                              Strategy s) {
+                                              Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<D, Ls>>(name, x, to);
-    s = detail::prepare<Sharded<D, Ls>>(name, true, x, to, s, CollectiveOp::reduce_scatter, detail::row_bytes(x, D),
-                                        to.lengths(), pieces_along(x.shape(), D));
+    ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // written whole by the reduction
-    lower::reduce_scatter<Dev>(s, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
+    lower::reduce_scatter<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
     return out;
   }
 };
@@ -189,11 +200,16 @@ struct transition<Partial, To> {
   static constexpr const char* name = "all_reduce";
   static constexpr bool communicates = true;
 
+  /// One lowering, the backend's all-reduce (the strategy does not apply).
+  static PlanStep plan(const Shape& g, const layout_mapping<Partial>& fm, const layout_mapping<To>& tm, Strategy, Ranks,
+                       std::int64_t elem) {
+    return detail::collective_step_of(name, fm, tm, Strategy::automatic, "all_reduce", g.numel() * elem);
+  }
+
   template <class T, class Dev>
-  static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s) {
-    (void)s;  // one lowering: the backend's all-reduce
+  static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
-    detail::prepare<To>(name, true, x, to);
+    ran = detail::prepare<transition>(true, x, to, s);
     // Out of place, straight into the result: no copy of x first.
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());
     x.comm().all_reduce(static_cast<const T*>(x.data()), out.data(), out.size());
@@ -208,11 +224,17 @@ struct transition<From, Sharded<D, Ls>> {
   static constexpr const char* name = "slice";
   static constexpr bool communicates = false;
 
+  static PlanStep plan(const Shape&, const layout_mapping<From>& fm, const layout_mapping<Sharded<D, Ls>>& tm, Strategy, Ranks,
+                       std::int64_t) {
+    return detail::step_of(name, fm, tm);
+  }
+
   template <class T, class Dev>
-  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, From, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to, Strategy) {
+  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, From, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to, Strategy s,
+                                              PlanStep& ran) {
     // No communication, but the lengths must be valid on every rank: the
     // ranks agree on them like a collective's (a bad one throws everywhere).
-    detail::prepare<Sharded<D, Ls>>(name, true, x, to);
+    ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // the copy writes it whole
     const DimView v = DimView::of(x.shape(), D);
     Dev::copy_block(x.data(), v.extent, out.global_offset(), out.data(), out.local_shape()[D], 0, v.outer,
@@ -228,8 +250,15 @@ struct transition<Sharded<D, Ls>, Partial> {
   static constexpr const char* name = "zero_pad";
   static constexpr bool communicates = false;
 
+  static PlanStep plan(const Shape&, const layout_mapping<Sharded<D, Ls>>& fm, const layout_mapping<Partial>& tm, Strategy, Ranks,
+                       std::int64_t) {
+    return detail::step_of(name, fm, tm);
+  }
+
   template <class T, class Dev>
-  static Tensor<T, Partial, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<Partial>&, Strategy) {
+  static Tensor<T, Partial, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<Partial>& to, Strategy s,
+                                       PlanStep& ran) {
+    ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     auto out = Tensor<T, Partial, Dev>::zeroed(x.comm(), x.shape());
     const DimView v = DimView::of(x.shape(), D);
     Dev::copy_block(x.data(), x.local_shape()[D], 0, out.data(), v.extent, x.global_offset(), v.outer, x.local_shape()[D],
@@ -246,14 +275,22 @@ struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
   static constexpr const char* name = "all_to_all";
   static constexpr bool communicates = true;
 
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<C, Lc>>& fm, const layout_mapping<Sharded<S, Ls>>& tm,
+                       Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy lw = resolve_strategy(s, CollectiveOp::all_to_all, tm.lengths(), detail::row_bytes(g, S, elem), r.has_v,
+                                         pieces_along(g, std::max(C, S)));
+    return detail::collective_step_of(name, fm, tm, lw, strategy_name(lw),
+                                      lower::all_to_all_sent_bytes(lw, r.size, r.rank, local_shape(g, fm, r.rank), C, S,
+                                                                   fm.lengths(), tm.lengths(), elem, r.has_v));
+  }
+
   template <class T, class Dev>
   static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x, const layout_mapping<Sharded<S, Ls>>& to,
-                                              Strategy s) {
+                                              Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<S, Ls>>(name, x, to);
-    s = detail::prepare<Sharded<S, Ls>>(name, true, x, to, s, CollectiveOp::all_to_all, detail::row_bytes(x, S), to.lengths(),
-                                        pieces_along(x.shape(), std::max(C, S)));
+    ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, Sharded<S, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // every piece is received
-    lower::all_to_all<Dev>(s, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S, x.lengths(),
+    lower::all_to_all<Dev>(ran.lowering, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S, x.lengths(),
                            to.lengths());
     return out;
   }
@@ -266,8 +303,15 @@ struct transition<Invariant, Replicated> {
   static constexpr const char* name = "replicate";
   static constexpr bool communicates = false;
 
+  static PlanStep plan(const Shape&, const layout_mapping<Invariant>& fm, const layout_mapping<Replicated>& tm, Strategy, Ranks,
+                       std::int64_t) {
+    return detail::step_of(name, fm, tm);
+  }
+
   template <class T, class Dev>
-  static Tensor<T, Replicated, Dev> apply(const Tensor<T, Invariant, Dev>& x, const layout_mapping<Replicated>&, Strategy) {
+  static Tensor<T, Replicated, Dev> apply(const Tensor<T, Invariant, Dev>& x, const layout_mapping<Replicated>& to, Strategy s,
+                                          PlanStep& ran) {
+    ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     return x.template relabel<Replicated>();
   }
 };
@@ -279,20 +323,34 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
   static constexpr const char* name = "reshard";
   static constexpr bool communicates = true;
 
+  /// To the same lengths the step moves nothing (`moves` false): it is not run.
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, La>>& fm, const layout_mapping<Sharded<D, Lb>>& tm,
+                       Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy lw =
+        resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
+    const bool moves = !std::ranges::equal(fm.lengths(), tm.lengths());
+    PlanStep step = detail::collective_step_of(
+        name, fm, tm, lw, strategy_name(lw),
+        moves ? lower::reshard_sent_bytes(lw, r.rank, g, D, fm.lengths(), tm.lengths(), elem, r.has_v) : 0);
+    step.moves = moves;
+    return step;
+  }
+
   template <class T, class Dev>
   static Tensor<T, Sharded<D, Lb>, Dev> apply(const Tensor<T, Sharded<D, La>, Dev>& x, const layout_mapping<Sharded<D, Lb>>& to,
-                                              Strategy s) {
+                                              Strategy s, PlanStep& ran) {
     if constexpr (std::same_as<La, Lb> && is_static_lengths_v<La>) {
-      return x;  // the same static lengths: nothing to do
+      ran = detail::step_of(name, x.mapping(), to);  // the same static lengths: nothing to do
+      ran.moves = false;
+      return x;
     } else {
       // Agree first: a rank whose lengths already match must not return while
       // a peer (with other lengths, a bug to report) waits in the exchange.
       const auto watched = detail::watch_scope<Sharded<D, Lb>>(name, x, to);
-      s = detail::prepare<Sharded<D, Lb>>(name, true, x, to, s, CollectiveOp::reshard, detail::row_bytes(x, D), to.lengths(),
-                                          pieces_along(x.shape(), D));
-      if (std::ranges::equal(x.lengths(), to.lengths())) return x.template relabel<Sharded<D, Lb>>(to);
+      ran = detail::prepare<transition>(true, x, to, s);
+      if (!ran.moves) return x.template relabel<Sharded<D, Lb>>(to);
       auto out = Tensor<T, Sharded<D, Lb>, Dev>::empty(x.comm(), x.shape(), to);  // every new row arrives
-      lower::reshard<Dev>(s, x.comm(), x.data(), out.data(), x.shape(), D, x.lengths(), to.lengths());
+      lower::reshard<Dev>(ran.lowering, x.comm(), x.data(), out.data(), x.shape(), D, x.lengths(), to.lengths());
       return out;
     }
   }
@@ -306,8 +364,15 @@ struct transition<L, L> {
   static constexpr const char* name = "identity";
   static constexpr bool communicates = false;
 
+  static PlanStep plan(const Shape&, const layout_mapping<L>& fm, const layout_mapping<L>& tm, Strategy, Ranks, std::int64_t) {
+    PlanStep step = detail::step_of(name, fm, tm);
+    step.moves = false;
+    return step;
+  }
+
   template <class T, class Dev>
-  static Tensor<T, L, Dev> apply(const Tensor<T, L, Dev>& x, const layout_mapping<L>&, Strategy) {
+  static Tensor<T, L, Dev> apply(const Tensor<T, L, Dev>& x, const layout_mapping<L>& to, Strategy s, PlanStep& ran) {
+    ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     return x;
   }
 };
@@ -321,18 +386,18 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
   static_assert(has_transition_v<From, To>, SHARDEX_ERR_TRANSIT_NO_ENTRY);
   using entry = transition<From, To>;
   trace::Span span(entry::communicates ? "collective" : "local", entry::name);
-  if (span.on()) detail::last_resolved_strategy() = s;
-  Tensor<T, To, Dev> y = entry::apply(x.detach(), to, s);
-  if (span.on()) span.set_args(detail::trace_args(x, y, entry::communicates));
+  PlanStep ran;
+  Tensor<T, To, Dev> y = entry::apply(x.detach(), to, s, ran);
+  if (span.on()) span.set_args(detail::trace_args(x, y, ran));
   if (x.node()) {
     using adjoint = adjoint_t<From, To>;
     static_assert(adjoint::exists, SHARDEX_ERR_ADJOINT_MISSING);
     y.record(transition<From, To>::name, {x.node()},
              [in = x.node(), m = dual_mapping<From>(x.mapping()), s](const Tensor<T, dual_t<To>, Dev>& g) {
                trace::Span span(adjoint::communicates ? "collective" : "local", adjoint::name);
-               if (span.on()) detail::last_resolved_strategy() = s;
-               auto gx = adjoint::apply(g, m, s);
-               if (span.on()) span.set_args(detail::trace_args(g, gx, adjoint::communicates));
+               PlanStep ran;
+               auto gx = adjoint::apply(g, m, s, ran);
+               if (span.on()) span.set_args(detail::trace_args(g, gx, ran));
                in->accumulate(std::move(gx));
              });
     if constexpr (adjoint::communicates)

@@ -7,7 +7,11 @@
 /// No entry has a hand-written backward.
 ///
 /// Minimal complete definition of an entry: `exists = true`, `name`,
-/// `communicates`, and `apply(x, to_mapping, strategy) -> Tensor<T, To, Dev>`.
+/// `communicates`, `plan(global_shape, from_mapping, to_mapping, strategy,
+/// ranks, element_bytes) -> PlanStep` (the step it makes: resolved lowering,
+/// bytes; plan_step.hpp) and `apply(x, to_mapping, strategy, ran) ->
+/// Tensor<T, To, Dev>`, which runs the step its plan() made and returns it in
+/// `ran`. `explain` lists the steps plan() makes; evaluation runs them.
 /// Laws: `adjoint_t<adjoint_t<F, T>>` is `transition<F, T>` again, and the
 /// dot-product test `sum_r <T(x)_r, y_r> == sum_r <x_r, T*(y)_r>` holds
 /// (test/dist/test_dot_product.cpp).

@@ -48,6 +48,7 @@ namespace shardex::mpi {
 /// The element types the primitives move, named without MPI's types so that
 /// this header needs no <mpi.h> (the library maps them to MPI_Datatype).
 enum class Dtype { f32, f64, i64, i8 };
+constexpr std::int64_t dtype_bytes(Dtype t) { return t == Dtype::f64 || t == Dtype::i64 ? 8 : t == Dtype::f32 ? 4 : 1; }
 
 /// The Dtype of T: float, double, std::int64_t, or char (bytes, as `i8`).
 template <class T> constexpr Dtype dtype_of() {
