@@ -21,7 +21,7 @@
 namespace shardex {
 
 struct Counters {
-  std::int64_t bytes_copied = 0;   ///< local copies of tensor data (copy_block, clone, upload, download)
+  std::int64_t bytes_copied = 0;   ///< local copies of tensor data (Device::copy, clone, upload, download)
   std::int64_t bytes_zeroed = 0;   ///< zero-filled storage (Tensor::zeros, a zeroed allocation)
   std::int64_t backend_calls = 0;  ///< collective / grouped calls issued to the backend (agreements included)
   std::int64_t agreements = 0;     ///< cross-rank agreements before a collective (core/agree.hpp)

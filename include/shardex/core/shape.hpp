@@ -13,6 +13,7 @@
 
 #include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
+#include "shardex/core/strided_block.hpp"
 
 namespace shardex {
 
@@ -110,6 +111,12 @@ inline constexpr static_shape<E...> shape_c{};
 struct DimView {
   std::int64_t outer = 1, extent = 0, inner = 1;
   static constexpr DimView of(const Shape& s, int d) noexcept { return {s.outer(d), s[d], s.inner(d)}; }
+  /// Rows [off, off + len) of the middle dim, as a block of this array (what a copy takes).
+  [[nodiscard]] StridedBlock rows(std::int64_t off, std::int64_t len) const noexcept {
+    return StridedBlock::of(outer, extent, inner, off, len);
+  }
+  /// The whole array.
+  [[nodiscard]] StridedBlock all() const noexcept { return rows(0, extent); }
 };
 
 }  // namespace shardex

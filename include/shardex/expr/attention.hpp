@@ -96,9 +96,9 @@ auto evaluate(const Attention<Q, K, V>& e) {
   Dev::gemm(shapes.apply(false), T(1), probabilities(q.data(), k.data()).get(), v.data(), T(0), out.data());
   if (q.node() || k.node() || v.node()) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;
-    for (const std::shared_ptr<autodiff::Node>& n : {std::shared_ptr<autodiff::Node>(q.node()), std::shared_ptr<autodiff::Node>(k.node()),
-                                                     std::shared_ptr<autodiff::Node>(v.node())})
-      if (n && std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(n);
+    autodiff::add_input(inputs, q.node());
+    autodiff::add_input(inputs, k.node());
+    autodiff::add_input(inputs, v.node());
     out.record("attention", std::move(inputs), [q, k, v, shapes, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
       const auto p = probabilities(q.data(), k.data());  // recomputed: cheaper to keep than to store
       if (v.node()) {  // dV = P^T G

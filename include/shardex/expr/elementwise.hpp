@@ -167,8 +167,7 @@ struct FusedLeaf {
   }
   static constexpr int leaves = 1, instrs = 1;
   void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
-    const std::shared_ptr<autodiff::Node> n = t.node();
-    if (n && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+    autodiff::add_input(nodes, t.node());
   }
   /// `out` is the result of the pass. The global shapes and lengths are checked
   /// first: they are the same on every rank, so every rank throws the same

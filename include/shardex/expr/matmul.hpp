@@ -85,10 +85,8 @@ auto evaluate(const MatMul<A, B>& e) {
   Dev::gemm(GemmShape::plain(m, k, n), T(1), a.data(), b.data(), T(0), out.data());
   if (a.node() || b.node()) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;
-    if (a.node()) inputs.push_back(a.node());
-    else inputs.push_back(nullptr);
-    if (b.node() && static_cast<autodiff::Node*>(b.node().get()) != inputs.front().get()) inputs.push_back(b.node());
-    std::erase(inputs, nullptr);
+    autodiff::add_input(inputs, a.node());
+    autodiff::add_input(inputs, b.node());
     out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
       if (a.node()) {  // da = g b^T, layout dual(A)
         auto da = Tensor<T, dual_t<typename decltype(a)::layout_type>, Dev>::empty(a.comm(), a.shape(), dual_mapping<typename decltype(a)::layout_type>(a.mapping()));

@@ -17,7 +17,7 @@
 ///    reduce_scatter, and identity transitions vanish. `explain` says so.
 /// 2. **Routing** (compile time, over the table of transition/table.hpp): the
 ///    direct entry `From -> To` if there is one, else a two-step route through
-///    a whole layout (R, P or I), else a compile error naming both layouts.
+///    an unsharded layout (R, P or I), else a compile error naming both layouts.
 /// 3. **Lowering** of each step by its entry, recording its backward: the
 ///    adjoint entry of the same table. The backward of a simplified chain is
 ///    therefore simplified too.
@@ -103,10 +103,10 @@ template <class E> struct chain_length : std::integral_constant<int, 0> {};
 template <class E, class To>
 struct chain_length<Redistribute<E, To>> : std::integral_constant<int, 1 + chain_length<E>::value> {};
 
-/// The route From -> To through the table: `direct`, or `via` a whole layout.
+/// The route From -> To through the table: `direct`, or `via` an unsharded layout.
 template <LayoutTag From, LayoutTag To>
 struct route {
-  // The same whole layout, or the same static lengths: nothing to do, known
+  // The same unsharded layout, or the same static lengths: nothing to do, known
   // at compile time. (The same dim with run-time lengths is the reshard entry,
   // which compares the lengths, agreed on by every rank, and moves nothing if
   // they are equal.)
@@ -145,7 +145,7 @@ namespace detail {
 
 /// The steps of the route From -> To, from `x` (a tensor, or a description of
 /// one), each through `step.template go<B>(x, mapping, strategy)`: none if
-/// the route vanishes, the direct entry, or two entries via a whole layout.
+/// the route vanishes, the direct entry, or two entries via an unsharded layout.
 template <LayoutTag To, class X, class Step>
 auto walk_route(X x, const layout_mapping<To>& to, Strategy s, Step& step) {
   using R = route<typename X::layout_type, To>;

@@ -56,11 +56,11 @@ auto evaluate(const Reshape<E>& e) {
                            (is_sharded_v<L> ? "; a sharded tensor keeps its dims up to the sharded one and its element count"
                                             : "; the element count must stay the same"));
   auto out = Tensor<T, L, Dev>::zeroed(x.comm(), to, x.mapping());
-  Dev::copy_block(x.data(), 1, 0, out.data(), 1, 0, 1, 1, x.size());
+  copy_elements<Dev>(x.data(), out.data(), x.size());
   if (x.node())
     out.record("reshape", {x.node()}, [in = x.node()](const Tensor<T, dual_t<L>, Dev>& g) {
       auto gx = in->make_full(T(0));
-      Dev::copy_block(g.data(), 1, 0, gx.data(), 1, 0, 1, 1, g.size());
+      copy_elements<Dev>(g.data(), gx.data(), g.size());
       in->accumulate(gx);
     });
   return out;

@@ -18,7 +18,7 @@
 
 namespace shardex {
 
-/// Empty mapping of the whole layouts (I, R, P).
+/// Empty mapping of the unsharded layouts (I, R, P).
 template <LayoutTag L>
 struct layout_mapping {
   friend bool operator==(const layout_mapping&, const layout_mapping&) = default;

@@ -35,6 +35,26 @@ struct RankMajor {
     }
   }
 };
+
+/// The send_recv lowering of an exchange (all_to_all, reshard): the own piece
+/// copied locally, the others in one grouped send/receive ring. In round k
+/// rank me sends to me + k while it receives from me - k, so every pair meets
+/// in the same round. Counts and displacements are in elements.
+template <class Dev, class Comm, class T>
+void exchange_send_recv(const Comm& comm, const T* send, std::span<const std::int64_t> send_counts,
+                        std::span<const std::int64_t> send_displs, T* recv, std::span<const std::int64_t> recv_counts,
+                        std::span<const std::int64_t> recv_displs) {
+  const int n = comm.size(), me = comm.rank();
+  const auto us = [](int i) { return static_cast<std::size_t>(i); };
+  copy_elements<Dev>(send + send_displs[us(me)], recv + recv_displs[us(me)], send_counts[us(me)]);
+  auto g = comm.group();
+  for (int k = 1; k < n; ++k) {
+    const int to = (me + k) % n, from = (me - k + n) % n;
+    if (recv_counts[us(from)] > 0) g.recv(recv + recv_displs[us(from)], recv_counts[us(from)], from);
+    if (send_counts[us(to)] > 0) g.send(send + send_displs[us(to)], send_counts[us(to)], to);
+  }
+  g.end();
+}
 }  // namespace detail
 
 /// The bytes the all_gather below hands the backend to send on rank `me`
@@ -67,12 +87,12 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
       return;
     }
     auto send = Dev::template allocate_uninitialized<T>(block);
-    Dev::copy_block(local, mine, 0, send.get(), mx, 0, outer, mine, inner);
+    Dev::copy(local, DimView{outer, mine, inner}.all(), send.get(), DimView{outer, mx, inner}.rows(0, mine));
     auto recv = Dev::template allocate_uninitialized<T>(block * n);
     comm.all_gather(send.get(), recv.get(), block);
     for (int i = 0; i < n; ++i)
-      Dev::copy_block(recv.get() + i * block, mx, 0, out, N, offs[static_cast<std::size_t>(i)], outer,
-                      lens[static_cast<std::size_t>(i)], inner);
+      Dev::copy(recv.get() + i * block, DimView{outer, mx, inner}.rows(0, lens[static_cast<std::size_t>(i)]),
+                out, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
     return;
   }
 
@@ -100,7 +120,7 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
   if (s == Strategy::v_collective) {
     if constexpr (Comm::has_v_collectives) comm.all_gather_v(local, rm.counts[static_cast<std::size_t>(me)], dst, rm.counts, rm.displs);
   } else {  // per_root: one broadcast per root, grouped
-    Dev::copy_block(local, 1, 0, dst + rm.displs[static_cast<std::size_t>(me)], 1, 0, 1, 1, rm.counts[static_cast<std::size_t>(me)]);
+    copy_elements<Dev>(local, dst + rm.displs[static_cast<std::size_t>(me)], rm.counts[static_cast<std::size_t>(me)]);
     auto g = comm.group();
     for (int i = 0; i < n; ++i)
       if (rm.counts[static_cast<std::size_t>(i)] > 0) g.broadcast(dst + rm.displs[static_cast<std::size_t>(i)], rm.counts[static_cast<std::size_t>(i)], i);
@@ -108,8 +128,8 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
   }
   if (!direct)
     for (int i = 0; i < n; ++i)
-      Dev::copy_block(dst + rm.displs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)], 0, out, N,
-                      offs[static_cast<std::size_t>(i)], outer, lens[static_cast<std::size_t>(i)], inner);
+      Dev::copy(dst + rm.displs[static_cast<std::size_t>(i)], DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all(),
+                out, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
 }
 
 }  // namespace shardex::lower

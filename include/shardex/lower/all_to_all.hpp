@@ -38,7 +38,7 @@ inline std::int64_t all_to_all_sent_bytes(Strategy s, int n, int me, const Shape
 template <class Dev, class Comm, class T>
 void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, T* y, const Shape& y_shape, int dim_c,
                 int dim_s, std::span<const std::int64_t> lens_c, std::span<const std::int64_t> lens_s) {
-  const int n = comm.size(), me = comm.rank();
+  const int n = comm.size();
   const auto us = [](int i) { return static_cast<std::size_t>(i); };
   const DimView xs = DimView::of(x_shape, dim_s);  // pieces to send: (outer, lens_s[i], inner) blocks of x
   const DimView yc = DimView::of(y_shape, dim_c);  // pieces received: (outer, lens_c[j], inner) blocks of y
@@ -49,11 +49,13 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
 
   const auto pack = [&](T* dst, std::span<const std::int64_t> displs) {
     for (int i = 0; i < n; ++i)
-      Dev::copy_block(x, xs.extent, offs_s[us(i)], dst + displs[us(i)], lens_s[us(i)], 0, xs.outer, lens_s[us(i)], xs.inner);
+      Dev::copy(x, xs.rows(offs_s[us(i)], lens_s[us(i)]),
+                dst + displs[us(i)], DimView{xs.outer, lens_s[us(i)], xs.inner}.all());
   };
   const auto unpack = [&](const T* src, std::span<const std::int64_t> displs) {
     for (int j = 0; j < n; ++j)
-      Dev::copy_block(src + displs[us(j)], lens_c[us(j)], 0, y, yc.extent, offs_c[us(j)], yc.outer, lens_c[us(j)], yc.inner);
+      Dev::copy(src + displs[us(j)], DimView{yc.outer, lens_c[us(j)], yc.inner}.all(),
+                y, yc.rows(offs_c[us(j)], lens_c[us(j)]));
   };
 
   if (s == Strategy::padded) {
@@ -123,16 +125,8 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
   if (yc.outer == 1)
     for (int j = 0; j < n; ++j) rdispls[us(j)] = offs_c[us(j)] * yc.inner;
 
-  // send_recv (v_collective returned above): grouped point-to-point, the own
-  // piece copied locally.
-  Dev::copy_block(sptr + sdispls[us(me)], 1, 0, rptr + rdispls[us(me)], 1, 0, 1, 1, send.counts[us(me)]);
-  auto g = comm.group();
-  for (int k = 1; k < n; ++k) {
-    const int to = (me + k) % n, from = (me - k + n) % n;
-    if (recv.counts[us(from)] > 0) g.recv(rptr + rdispls[us(from)], recv.counts[us(from)], from);
-    if (send.counts[us(to)] > 0) g.send(sptr + sdispls[us(to)], send.counts[us(to)], to);
-  }
-  g.end();
+  // send_recv (v_collective returned above).
+  detail::exchange_send_recv<Dev>(comm, sptr, send.counts, sdispls, rptr, recv.counts, rdispls);
   if (yc.outer != 1) unpack(rptr, recv.displs);
 }
 

@@ -14,13 +14,17 @@
 /// Models: `mpi::Communicator`, `nccl::Communicator`.
 ///
 /// **Concept `DeviceMemory`.** Minimal complete definition: `allocate<T>(n)`
-/// (zeroed), `allocate_uninitialized<T>(n)` (for buffers written whole), `fill`, `copy_block` (a block of an (outer, extent, inner) array),
+/// (zeroed), `allocate_uninitialized<T>(n)` (for buffers written whole), `fill`,
+/// `copy(src, from, dst, to)` (a block of one array to a block of the same
+/// shape, rows and run, of another: StridedBlock views, e.g. DimView::rows),
 /// `upload` / `download` (n elements from / to host memory).
 /// Models: `Host`, `Cuda`.
 
 #include <concepts>
 #include <cstdint>
 #include <memory>
+
+#include "shardex/core/strided_block.hpp"
 
 namespace shardex {
 
@@ -42,9 +46,15 @@ concept DeviceMemory = requires(float* p, const float* q, std::int64_t n) {
   { D::template allocate<float>(n) } -> std::convertible_to<std::shared_ptr<float[]>>;
   { D::template allocate_uninitialized<float>(n) } -> std::convertible_to<std::shared_ptr<float[]>>;
   D::fill(p, n, 0.0f);
-  D::copy_block(q, n, n, p, n, n, n, n, n);
+  D::copy(q, StridedBlock{}, p, StridedBlock{});
   D::upload(p, q, n);
   D::download(p, q, n);
 };
+
+/// n contiguous elements from src to dst: the one block copy, on whole arrays.
+template <class Dev, class T>
+void copy_elements(const T* src, T* dst, std::int64_t n) {
+  Dev::copy(src, StridedBlock::contiguous(0, n), dst, StridedBlock::contiguous(0, n));
+}
 
 }  // namespace shardex

@@ -38,11 +38,11 @@ void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const Dim
     }
     auto send = Dev::template allocate_uninitialized<T>(block * n);
     for (int i = 0; i < n; ++i)
-      Dev::copy_block(in, N, offs[static_cast<std::size_t>(i)], send.get() + i * block, mx, 0, outer,
-                      lens[static_cast<std::size_t>(i)], inner);
+      Dev::copy(in, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]),
+                send.get() + i * block, DimView{outer, mx, inner}.rows(0, lens[static_cast<std::size_t>(i)]));
     auto recv = Dev::template allocate_uninitialized<T>(block);
     comm.reduce_scatter(send.get(), recv.get(), block);
-    Dev::copy_block(recv.get(), mx, 0, out, mine, 0, outer, mine, inner);
+    Dev::copy(recv.get(), DimView{outer, mx, inner}.rows(0, mine), out, DimView{outer, mine, inner}.all());
     return;
   }
 
@@ -52,8 +52,8 @@ void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const Dim
   if (!direct) {
     stage = Dev::template allocate_uninitialized<T>(rm.total);
     for (int i = 0; i < n; ++i)
-      Dev::copy_block(in, N, offs[static_cast<std::size_t>(i)], stage.get() + rm.displs[static_cast<std::size_t>(i)],
-                      lens[static_cast<std::size_t>(i)], 0, outer, lens[static_cast<std::size_t>(i)], inner);
+      Dev::copy(in, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]),
+                stage.get() + rm.displs[static_cast<std::size_t>(i)], DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all());
     src = stage.get();
   }
   if (s == Strategy::v_collective) {

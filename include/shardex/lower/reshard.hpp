@@ -84,27 +84,22 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
     rbuf = Dev::template allocate_uninitialized<T>(rtotal);
     for (int i = 0; i < n; ++i) {
       const auto [lo, hi] = overlap(me, i);
-      Dev::copy_block(x, mine_old, lo - a[us(me)], sbuf.get() + sdispl[us(i)], hi - lo, 0, outer, hi - lo, inner);
+      Dev::copy(x, DimView{outer, mine_old, inner}.rows(lo - a[us(me)], hi - lo),
+                sbuf.get() + sdispl[us(i)], DimView{outer, hi - lo, inner}.all());
     }
     sptr = sbuf.get();
     rptr = rbuf.get();
   }
   if (s == Strategy::v_collective) {
     if constexpr (Comm::has_v_collectives) comm.all_to_all_v(sptr, scount, sdispl, rptr, rcount, rdispl);
-  } else {  // send_recv
-    Dev::copy_block(sptr + sdispl[us(me)], 1, 0, rptr + rdispl[us(me)], 1, 0, 1, 1, scount[us(me)]);
-    auto g = comm.group();
-    for (int k = 1; k < n; ++k) {
-      const int to = (me + k) % n, from = (me - k + n) % n;
-      if (rcount[us(from)] > 0) g.recv(rptr + rdispl[us(from)], rcount[us(from)], from);
-      if (scount[us(to)] > 0) g.send(sptr + sdispl[us(to)], scount[us(to)], to);
-    }
-    g.end();
+  } else {
+    detail::exchange_send_recv<Dev>(comm, sptr, scount, sdispl, rptr, rcount, rdispl);
   }
   if (!direct)
     for (int j = 0; j < n; ++j) {
       const auto [lo, hi] = overlap(j, me);
-      Dev::copy_block(rbuf.get() + rdispl[us(j)], hi - lo, 0, y, mine_new, lo - c[us(me)], outer, hi - lo, inner);
+      Dev::copy(rbuf.get() + rdispl[us(j)], DimView{outer, hi - lo, inner}.all(),
+                y, DimView{outer, mine_new, inner}.rows(lo - c[us(me)], hi - lo));
     }
 }
 

@@ -8,10 +8,12 @@
 /// hand at the call site. The node is part of the tensor (this floor); the
 /// pass that walks the graph is `backward()` (autodiff/backward.hpp, above).
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "shardex/tensor/tensor_fwd.hpp"
@@ -75,5 +77,12 @@ public:
     }
   }
 };
+
+/// Adds `n` to the inputs of a node being recorded unless it is null (a
+/// tensor outside the graph) or already there (a tensor used twice): the one
+/// way every operation lists its inputs.
+inline void add_input(std::vector<std::shared_ptr<Node>>& inputs, std::shared_ptr<Node> n) {
+  if (n && std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(std::move(n));
+}
 
 }  // namespace shardex::autodiff

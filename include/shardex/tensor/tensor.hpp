@@ -35,6 +35,7 @@
 #include "shardex/device/host/host.hpp"
 #include "shardex/layout/layouts.hpp"
 #include "shardex/layout/mapping.hpp"
+#include "shardex/lower/backend.hpp"
 #include "shardex/tensor/grad_node.hpp"
 #include "shardex/tensor/tensor_fwd.hpp"
 
@@ -140,7 +141,7 @@ public:
 
   /// Each rank fills its part with f(global_index), `global_index` a
   /// std::span<const int64_t> of the element's index in the global tensor.
-  /// Whole layouts (I, R, P) fill the whole tensor on every rank.
+  /// Unsharded layouts (I, R, P) fill the whole tensor on every rank.
   template <class F>
     requires std::same_as<Device, Host> && std::invocable<F&, std::span<const std::int64_t>>
   static Tensor from_function(const communicator_type& comm, const Shape& global, F&& f, mapping_type m = {}) {
@@ -162,7 +163,7 @@ public:
 
   /// Uniform numbers in [lo, hi), a function of (seed, global index) only:
   /// every rank gets its part of one global random tensor, whatever the layout
-  /// and the lengths (whole layouts get the whole tensor on every rank).
+  /// and the lengths (unsharded layouts get the whole tensor on every rank).
   static Tensor uniform(const communicator_type& comm, const Shape& global, std::uint64_t seed, T lo = T(-1), T hi = T(1),
                         mapping_type m = {})
     requires std::same_as<Device, Host>
@@ -213,22 +214,22 @@ public:
                               local_shape.str() + ")";
     if (const std::string bad = shape_problem(local_shape); !bad.empty()) err = where + ": " + bad;
     if constexpr (is_sharded_v<L>) {
+      // The global shape is the local one with the lengths' sum along the
+      // sharded dim; the mapping's own checks (count, signs, dim) are
+      // mapping_problem's, and only the local extent is this function's.
       const auto ls = m.lengths();
-      if (!err.empty()) {
-      } else if (static_cast<int>(ls.size()) != comm.size())
-        err = where + ": the lengths list " + to_string(ls) + " has " + std::to_string(ls.size()) +
-              " entries but the communicator has " + std::to_string(comm.size()) + " ranks";
-      else if (L::dim >= local_shape.rank())
-        err = where + ": sharded dim " + std::to_string(L::dim) + " is out of range for a " +
-              std::to_string(local_shape.rank()) + "-d tensor";
-      else if (local_shape[L::dim] != ls[static_cast<std::size_t>(comm.rank())])
-        err = where + ": the local extent along sharded dim " + std::to_string(L::dim) + " is " +
-              std::to_string(local_shape[L::dim]) + " but lengths[" + std::to_string(comm.rank()) + "] is " +
-              std::to_string(ls[static_cast<std::size_t>(comm.rank())]) + " (lengths " + to_string(ls) + ")";
-      else {
-        std::int64_t sum = 0;
-        for (auto l : ls) sum += l;
-        global = local_shape.with(L::dim, sum);
+      if (err.empty()) {
+        if (L::dim < local_shape.rank()) {
+          std::int64_t sum = 0;
+          for (auto l : ls) sum += l;
+          global = local_shape.with(L::dim, sum);
+        }
+        if (const std::string bad = mapping_problem<L>(m, global, comm.size()); !bad.empty())
+          err = where + ": the lengths " + to_string(ls) + ": " + bad;
+        else if (local_shape[L::dim] != ls[static_cast<std::size_t>(comm.rank())])
+          err = where + ": the local extent along sharded dim " + std::to_string(L::dim) + " is " +
+                std::to_string(local_shape[L::dim]) + " but lengths[" + std::to_string(comm.rank()) + "] is " +
+                std::to_string(ls[static_cast<std::size_t>(comm.rank())]) + " (lengths " + to_string(ls) + ")";
       }
     }
     if (err.empty() && static_cast<std::int64_t>(size) != local_shape.numel())
@@ -281,7 +282,7 @@ public:
     requires is_sharded_v<L>
   { return mapping_.lengths(); }
 
-  /// Where this rank's slice starts along the sharded dim (0 for whole layouts).
+  /// Where this rank's slice starts along the sharded dim (0 for unsharded layouts).
   [[nodiscard]] std::int64_t global_offset() const noexcept {
     if constexpr (is_sharded_v<L>) {
       std::int64_t o = 0;
@@ -315,7 +316,7 @@ public:
     Tensor t = *this;
     t.storage_ = Device::template allocate_uninitialized<T>(size());
     t.data_ = t.storage_.get();
-    Device::copy_block(data_, 1, 0, t.data_, 1, 0, 1, 1, size());
+    copy_elements<Device>(data_, t.data_, size());
     return t;
   }
 
@@ -471,13 +472,10 @@ private:
   }
 
   /// The factories' cross-rank check (agree.hpp): a problem found on any rank
-  /// (`err`, or a shape or lengths problem found here), or shapes and lengths
-  /// that differ across ranks, throw on every rank. Skipped inside backward.
+  /// (`err`, from agreed_allocation's checks), or shapes and lengths that
+  /// differ across ranks, throw on every rank. Skipped inside backward.
   static void agree_on_factory(const communicator_type& comm, const Shape& global, const mapping_type& m, const char* op,
-                               std::string err = {}) {
-    if (err.empty()) err = shape_problem(global);
-    if constexpr (is_sharded_v<L>)
-      if (err.empty()) err = mapping_problem<L>(m, global, comm.size());
+                               std::string err) {
     const auto call = [&] {
       return std::string(op) + " on rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + " (layout " +
              layout_name<L>() + ", global shape " + global.str() + ")";

@@ -237,8 +237,8 @@ struct transition<From, Sharded<D, Ls>> {
     ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // the copy writes it whole
     const DimView v = DimView::of(x.shape(), D);
-    Dev::copy_block(x.data(), v.extent, out.global_offset(), out.data(), out.local_shape()[D], 0, v.outer,
-                    out.local_shape()[D], v.inner);
+    Dev::copy(x.data(), v.rows(out.global_offset(), out.local_shape()[D]),
+              out.data(), DimView{v.outer, out.local_shape()[D], v.inner}.all());
     return out;
   }
 };
@@ -261,8 +261,8 @@ struct transition<Sharded<D, Ls>, Partial> {
     ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     auto out = Tensor<T, Partial, Dev>::zeroed(x.comm(), x.shape());
     const DimView v = DimView::of(x.shape(), D);
-    Dev::copy_block(x.data(), x.local_shape()[D], 0, out.data(), v.extent, x.global_offset(), v.outer, x.local_shape()[D],
-                    v.inner);
+    Dev::copy(x.data(), DimView{v.outer, x.local_shape()[D], v.inner}.all(),
+              out.data(), v.rows(x.global_offset(), x.local_shape()[D]));
     return out;
   }
 };
@@ -356,7 +356,7 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
   }
 };
 
-// ---- identity: L -> L for the whole layouts ------------------------------------------
+// ---- identity: L -> L for the unsharded layouts --------------------------------------
 template <LayoutTag L>
   requires(!is_sharded_v<L>)
 struct transition<L, L> {

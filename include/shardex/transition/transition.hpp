@@ -41,7 +41,10 @@ inline constexpr bool has_transition_v = transition<From, To>::exists;
 template <LayoutTag From, LayoutTag To>
 using adjoint_t = transition<dual_t<To>, dual_t<From>>;
 
-/// A whole layout a gather or an all-reduce can produce, and a slice can start from.
+/// A layout in which every rank holds the whole logical value (Replicated,
+/// Invariant): what a gather or an all-reduce produces and a slice starts
+/// from. ("Unsharded" is the wider I, R, P: every rank holds a tensor of the
+/// global shape; a Partial one holds a part of the sum.)
 template <class L>
 concept WholeLayout = std::same_as<L, Replicated> || std::same_as<L, Invariant>;
 

@@ -75,35 +75,33 @@ struct Cuda {
     return v;
   }
 
-  /// The strided block copy of the lowering plans (pad, unpad, slice, pack and
-  /// unpack of strided shards): one copy when the block is contiguous in both
-  /// arrays, else one 2-d copy (`outer` rows of len * inner elements with the
-  /// pitches of the two extents), or one copy per row where a pitch exceeds
-  /// what cudaMemcpy2D accepts.
+  /// The block copy of the lowering plans (pad, unpad, slice, pack and unpack
+  /// of strided shards): block `from` of src to block `to` of dst (the same
+  /// rows and run). One copy when the block is contiguous in both arrays, else
+  /// one 2-d copy (rows of `run` elements with the two strides as pitches), or
+  /// one copy per row where a pitch exceeds what cudaMemcpy2D accepts.
   template <class T>
-  static void copy_block(const T* src, std::int64_t src_extent, std::int64_t src_off, T* dst, std::int64_t dst_extent,
-                         std::int64_t dst_off, std::int64_t outer, std::int64_t len, std::int64_t inner) {
-    const std::int64_t row = len * inner;
-    if (row == 0 || outer == 0) return;
+  static void copy(const T* src, const StridedBlock& from, T* dst, const StridedBlock& to) {
+    if (from.count() == 0) return;
     const auto bytes = [](std::int64_t elems) { return static_cast<std::size_t>(elems) * sizeof(T); };
-    const T* from = src + src_off * inner;
-    T* to = dst + dst_off * inner;
-    if (outer == 1 || (src_extent == len && dst_extent == len)) {
-      cuda::check(cudaMemcpyAsync(to, from, bytes(outer * row), cudaMemcpyDeviceToDevice, cuda::compute_stream()),
-                  "cudaMemcpyAsync (copy_block)");
+    const T* s = src + from.offset;
+    T* d = dst + to.offset;
+    if (from.rows == 1 || (from.stride == from.run && to.stride == to.run)) {
+      cuda::check(cudaMemcpyAsync(d, s, bytes(from.count()), cudaMemcpyDeviceToDevice, cuda::compute_stream()),
+                  "cudaMemcpyAsync (copy)");
       return;
     }
-    const std::size_t spitch = bytes(src_extent * inner), dpitch = bytes(dst_extent * inner);
+    const std::size_t spitch = bytes(from.stride), dpitch = bytes(to.stride);
     if (std::max(spitch, dpitch) <= cuda::max_pitch()) {
-      cuda::check(cudaMemcpy2DAsync(to, dpitch, from, spitch, bytes(row), static_cast<std::size_t>(outer),
+      cuda::check(cudaMemcpy2DAsync(d, dpitch, s, spitch, bytes(from.run), static_cast<std::size_t>(from.rows),
                                     cudaMemcpyDeviceToDevice, cuda::compute_stream()),
-                  "cudaMemcpy2DAsync (copy_block)");
+                  "cudaMemcpy2DAsync (copy)");
       return;
     }
-    for (std::int64_t o = 0; o < outer; ++o)
-      cuda::check(cudaMemcpyAsync(to + o * dst_extent * inner, from + o * src_extent * inner, bytes(row),
-                                  cudaMemcpyDeviceToDevice, cuda::compute_stream()),
-                  "cudaMemcpyAsync (copy_block, one row)");
+    for (std::int64_t r = 0; r < from.rows; ++r)
+      cuda::check(cudaMemcpyAsync(d + r * to.stride, s + r * from.stride, bytes(from.run), cudaMemcpyDeviceToDevice,
+                                  cuda::compute_stream()),
+                  "cudaMemcpyAsync (copy, one row)");
   }
 
   /// Host -> device and device -> host copies of n elements.

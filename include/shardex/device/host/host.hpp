@@ -72,22 +72,19 @@ struct Host {
   template <class T>
   static T sum(const T* x, std::int64_t n);
 
-  /// Copies `len` rows of an (outer, *, inner) array: src rows [src_off, src_off+len)
-  /// of a source with `src_extent` rows to dst rows [dst_off, ...) of a destination
-  /// with `dst_extent` rows. One memcpy when the block is contiguous in both.
+  /// Copies block `from` of src to block `to` of dst (the same rows and run;
+  /// strides may differ). One memcpy when the block is contiguous in both.
   template <class T>
-  static void copy_block(const T* src, std::int64_t src_extent, std::int64_t src_off, T* dst, std::int64_t dst_extent,
-                         std::int64_t dst_off, std::int64_t outer, std::int64_t len, std::int64_t inner) {
-    const std::int64_t row = len * inner;
-    if (row == 0 || outer == 0) return;
-    detail::counters_ref().bytes_copied += outer * row * static_cast<std::int64_t>(sizeof(T));
-    if (outer == 1 || (src_extent == len && dst_extent == len)) {
-      std::memcpy(dst + dst_off * inner, src + src_off * inner, static_cast<std::size_t>(outer * row) * sizeof(T));
+  static void copy(const T* src, const StridedBlock& from, T* dst, const StridedBlock& to) {
+    const std::int64_t n = from.count();
+    if (n == 0) return;
+    detail::counters_ref().bytes_copied += n * static_cast<std::int64_t>(sizeof(T));
+    if (from.rows == 1 || (from.stride == from.run && to.stride == to.run)) {
+      std::memcpy(dst + to.offset, src + from.offset, static_cast<std::size_t>(n) * sizeof(T));
       return;
     }
-    for (std::int64_t o = 0; o < outer; ++o)
-      std::memcpy(dst + (o * dst_extent + dst_off) * inner, src + (o * src_extent + src_off) * inner,
-                  static_cast<std::size_t>(row) * sizeof(T));
+    for (std::int64_t r = 0; r < from.rows; ++r)
+      std::memcpy(dst + to.offset + r * to.stride, src + from.offset + r * from.stride, static_cast<std::size_t>(from.run) * sizeof(T));
   }
 
   /// Batched row-major products through Eigen (see GemmShape).
