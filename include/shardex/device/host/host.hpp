@@ -168,4 +168,12 @@ T Host::sum(const T* x, std::int64_t n) {
   return n == 0 ? T(0) : host::ConstArrayMap<T>(x, static_cast<Eigen::Index>(n)).sum();
 }
 
+// Compiled once into the library (src/instances.cpp): Eigen's product and
+// reduction kernels are the heaviest code a translation unit would otherwise
+// compile for itself.
+extern template void Host::gemm<float>(const GemmShape&, float, const float*, const float*, float, float*);
+extern template void Host::gemm<double>(const GemmShape&, double, const double*, const double*, double, double*);
+extern template float Host::sum<float>(const float*, std::int64_t);
+extern template double Host::sum<double>(const double*, std::int64_t);
+
 }  // namespace shardex
