@@ -97,12 +97,18 @@ struct Explainer {
   }
   template <LayoutTag B, class T, LayoutTag A>
   Described<T, B> go(const Described<T, A>& x, const layout_mapping<B>& to, Strategy s) {
-    const PlanStep step = planned<transition<A, B>, T>(x.shape, x.mapping, to, s, ranks);
+    PlanStep step = planned<transition<A, B>, T>(x.shape, x.mapping, to, s, ranks);
     if (step.moves) {
-      p.steps.push_back(step);
+      step.from = layout_name(x.mapping);
+      step.to = layout_name(to);
+      p.steps.push_back(std::move(step));
       // Its backward is the adjoint entry of the same table, run in reverse order.
-      p.backward.insert(p.backward.begin(),
-                        planned<adjoint_t<A, B>, T>(x.shape, dual_mapping<B>(to), dual_mapping<A>(x.mapping), s, ranks));
+      const auto gm = dual_mapping<B>(to);
+      const auto gx = dual_mapping<A>(x.mapping);
+      PlanStep back = planned<adjoint_t<A, B>, T>(x.shape, gm, gx, s, ranks);
+      back.from = layout_name(gm);
+      back.to = layout_name(gx);
+      p.backward.insert(p.backward.begin(), std::move(back));
     }
     return {x.shape, to};
   }

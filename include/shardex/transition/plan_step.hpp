@@ -18,7 +18,7 @@ namespace shardex {
 
 struct PlanStep {
   std::string op;          ///< "all_gather", "reduce_scatter", "all_reduce", "matmul", ...
-  std::string from, to;    ///< layouts with their lengths, in the notation of layout_name()
+  std::string from, to;    ///< layouts with their lengths, in the notation of layout_name() (filled by explain)
   std::string strategy;    ///< the resolved lowering's name; empty for local steps
   std::int64_t bytes = 0;  ///< bytes this rank hands the backend to send (0 for local steps)
   bool communicates = false;
@@ -46,18 +46,22 @@ Ranks ranks_of(const Comm& c) {
 }
 
 namespace detail {
-/// The step of the entry `name` from `fm` to `tm`; a collective when `lowering` is given.
+/// The step of the entry `name` from `fm` to `tm`; `collective_step_of` for a
+/// collective. The layouts' labels (`from`, `to`) are left to `explain`, which
+/// prints them: a transition that runs builds no string it does not need.
 template <LayoutTag From, LayoutTag To>
-PlanStep step_of(const char* name, const layout_mapping<From>& fm, const layout_mapping<To>& tm) {
-  return PlanStep::local(name, layout_name(fm), layout_name(tm));
+PlanStep step_of(const char* name, const layout_mapping<From>&, const layout_mapping<To>&) {
+  PlanStep s;
+  s.op = name;
+  return s;
 }
 template <LayoutTag From, LayoutTag To>
 PlanStep collective_step_of(const char* name, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy lowering,
-                            std::string lowering_name, std::int64_t bytes) {
+                            const char* lowering_name, std::int64_t bytes) {
   PlanStep s = step_of(name, fm, tm);
   s.communicates = true;
   s.lowering = lowering;
-  s.strategy = std::move(lowering_name);
+  s.strategy = lowering_name;
   s.bytes = bytes;
   return s;
 }
