@@ -20,7 +20,6 @@
 
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,9 +33,6 @@ struct BackendCall {
   /// or agreement (the cross-rank check before a collective, core/agree.hpp).
   const char* primitive = "";
   std::int64_t bytes = 0;
-  friend bool operator==(const BackendCall& a, const BackendCall& b) {
-    return std::string_view(a.primitive) == b.primitive && a.bytes == b.bytes;
-  }
 };
 
 class BackendCallRecorder;
@@ -59,7 +55,6 @@ public:
 
   [[nodiscard]] const std::vector<BackendCall>& calls() const noexcept { return calls_; }
   void add(const char* primitive, std::int64_t bytes) { calls_.push_back({primitive, bytes}); }
-  void clear() noexcept { calls_.clear(); }
 
 private:
   std::vector<BackendCall> calls_;

@@ -46,19 +46,16 @@ Ranks ranks_of(const Comm& c) {
 }
 
 namespace detail {
-/// The step of the entry `name` from `fm` to `tm`; `collective_step_of` for a
-/// collective. The layouts' labels (`from`, `to`) are left to `explain`, which
-/// prints them: a transition that runs builds no string it does not need.
-template <LayoutTag From, LayoutTag To>
-PlanStep step_of(const char* name, const layout_mapping<From>&, const layout_mapping<To>&) {
+/// The step of the entry `name`; `collective_step_of` for a collective. The
+/// layouts' labels (`from`, `to`) are left to `explain`, which prints them: a
+/// transition that runs builds no string it does not need.
+inline PlanStep step_of(const char* name) {
   PlanStep s;
   s.op = name;
   return s;
 }
-template <LayoutTag From, LayoutTag To>
-PlanStep collective_step_of(const char* name, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy lowering,
-                            const char* lowering_name, std::int64_t bytes) {
-  PlanStep s = step_of(name, fm, tm);
+inline PlanStep collective_step_of(const char* name, Strategy lowering, const char* lowering_name, std::int64_t bytes) {
+  PlanStep s = step_of(name);
   s.communicates = true;
   s.lowering = lowering;
   s.strategy = lowering_name;

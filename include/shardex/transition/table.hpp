@@ -149,11 +149,11 @@ struct transition<Sharded<D, Ls>, To> {
   static constexpr const char* name = "all_gather";
   static constexpr bool communicates = true;
 
-  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, Ls>>& fm, const layout_mapping<To>& tm, Strategy s,
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, Ls>>& fm, const layout_mapping<To>&, Strategy s,
                        Ranks r, std::int64_t elem) {
     const Strategy lw =
         resolve_strategy(s, CollectiveOp::all_gather, fm.lengths(), detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
-    return detail::collective_step_of(name, fm, tm, lw, strategy_name(lw),
+    return detail::collective_step_of(name, lw, strategy_name(lw),
                                       lower::all_gather_sent_bytes(lw, r.size, r.rank, DimView::of(g, D), fm.lengths(), elem, r.has_v));
   }
 
@@ -174,11 +174,11 @@ struct transition<Partial, Sharded<D, Ls>> {
   static constexpr const char* name = "reduce_scatter";
   static constexpr bool communicates = true;
 
-  static PlanStep plan(const Shape& g, const layout_mapping<Partial>& fm, const layout_mapping<Sharded<D, Ls>>& tm, Strategy s,
+  static PlanStep plan(const Shape& g, const layout_mapping<Partial>&, const layout_mapping<Sharded<D, Ls>>& tm, Strategy s,
                        Ranks r, std::int64_t elem) {
     const Strategy lw = resolve_strategy(s, CollectiveOp::reduce_scatter, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v,
                                          pieces_along(g, D));
-    return detail::collective_step_of(name, fm, tm, lw, strategy_name(lw),
+    return detail::collective_step_of(name, lw, strategy_name(lw),
                                       lower::reduce_scatter_sent_bytes(lw, r.size, DimView::of(g, D), tm.lengths(), elem));
   }
 
@@ -201,9 +201,9 @@ struct transition<Partial, To> {
   static constexpr bool communicates = true;
 
   /// One lowering, the backend's all-reduce (the strategy does not apply).
-  static PlanStep plan(const Shape& g, const layout_mapping<Partial>& fm, const layout_mapping<To>& tm, Strategy, Ranks,
+  static PlanStep plan(const Shape& g, const layout_mapping<Partial>&, const layout_mapping<To>&, Strategy, Ranks,
                        std::int64_t elem) {
-    return detail::collective_step_of(name, fm, tm, Strategy::automatic, "all_reduce", g.numel() * elem);
+    return detail::collective_step_of(name, Strategy::automatic, "all_reduce", g.numel() * elem);
   }
 
   template <class T, class Dev>
@@ -224,9 +224,9 @@ struct transition<From, Sharded<D, Ls>> {
   static constexpr const char* name = "slice";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<From>& fm, const layout_mapping<Sharded<D, Ls>>& tm, Strategy, Ranks,
+  static PlanStep plan(const Shape&, const layout_mapping<From>&, const layout_mapping<Sharded<D, Ls>>&, Strategy, Ranks,
                        std::int64_t) {
-    return detail::step_of(name, fm, tm);
+    return detail::step_of(name);
   }
 
   template <class T, class Dev>
@@ -250,9 +250,9 @@ struct transition<Sharded<D, Ls>, Partial> {
   static constexpr const char* name = "zero_pad";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<Sharded<D, Ls>>& fm, const layout_mapping<Partial>& tm, Strategy, Ranks,
+  static PlanStep plan(const Shape&, const layout_mapping<Sharded<D, Ls>>&, const layout_mapping<Partial>&, Strategy, Ranks,
                        std::int64_t) {
-    return detail::step_of(name, fm, tm);
+    return detail::step_of(name);
   }
 
   template <class T, class Dev>
@@ -279,7 +279,7 @@ struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
                        Strategy s, Ranks r, std::int64_t elem) {
     const Strategy lw = resolve_strategy(s, CollectiveOp::all_to_all, tm.lengths(), detail::row_bytes(g, S, elem), r.has_v,
                                          pieces_along(g, std::max(C, S)));
-    return detail::collective_step_of(name, fm, tm, lw, strategy_name(lw),
+    return detail::collective_step_of(name, lw, strategy_name(lw),
                                       lower::all_to_all_sent_bytes(lw, r.size, r.rank, local_shape(g, fm, r.rank), C, S,
                                                                    fm.lengths(), tm.lengths(), elem, r.has_v));
   }
@@ -303,9 +303,9 @@ struct transition<Invariant, Replicated> {
   static constexpr const char* name = "replicate";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<Invariant>& fm, const layout_mapping<Replicated>& tm, Strategy, Ranks,
+  static PlanStep plan(const Shape&, const layout_mapping<Invariant>&, const layout_mapping<Replicated>&, Strategy, Ranks,
                        std::int64_t) {
-    return detail::step_of(name, fm, tm);
+    return detail::step_of(name);
   }
 
   template <class T, class Dev>
@@ -330,7 +330,7 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
         resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
     const bool moves = !std::ranges::equal(fm.lengths(), tm.lengths());
     PlanStep step = detail::collective_step_of(
-        name, fm, tm, lw, strategy_name(lw),
+        name, lw, strategy_name(lw),
         moves ? lower::reshard_sent_bytes(lw, r.rank, g, D, fm.lengths(), tm.lengths(), elem, r.has_v) : 0);
     step.moves = moves;
     return step;
@@ -340,7 +340,7 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
   static Tensor<T, Sharded<D, Lb>, Dev> apply(const Tensor<T, Sharded<D, La>, Dev>& x, const layout_mapping<Sharded<D, Lb>>& to,
                                               Strategy s, PlanStep& ran) {
     if constexpr (std::same_as<La, Lb> && is_static_lengths_v<La>) {
-      ran = detail::step_of(name, x.mapping(), to);  // the same static lengths: nothing to do
+      ran = detail::step_of(name);  // the same static lengths: nothing to do
       ran.moves = false;
       return x;
     } else {
@@ -364,8 +364,8 @@ struct transition<L, L> {
   static constexpr const char* name = "identity";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<L>& fm, const layout_mapping<L>& tm, Strategy, Ranks, std::int64_t) {
-    PlanStep step = detail::step_of(name, fm, tm);
+  static PlanStep plan(const Shape&, const layout_mapping<L>&, const layout_mapping<L>&, Strategy, Ranks, std::int64_t) {
+    PlanStep step = detail::step_of(name);
     step.moves = false;
     return step;
   }
