@@ -3,9 +3,13 @@
 // Without SHARDEX_FAIL_CASE the file must compile: it is built as part of the
 // test suite, so every case is one small step away from valid code.
 #include <shardex.hpp>
+#include <shardex/mesh.hpp>
 
 using namespace shardex;
 using S1 = Sharded<1, lengths<1, 2, 3, 4>>;
+using dp = axis<"dp">;
+using tp = axis<"tp">;
+using M = Mesh<dp, tp>;
 
 void cases(const mpi::Communicator& comm) {
   auto r = Tensor<float, Replicated>::ones(comm, {4, 10});
@@ -16,6 +20,10 @@ void cases(const mpi::Communicator& comm) {
   auto w = Tensor<float, Replicated>::ones(comm, {10, 10});
   auto wd = Tensor<double, Replicated>::ones(comm, {10, 10});
   (void)r, (void)i, (void)p, (void)s0, (void)s1, (void)w, (void)wd;
+  const M mesh(comm, {2, 2});
+  auto mx = MeshTensor<float, M, per_axis<Sharded<0>, Replicated>>::zeros(mesh, {4, 10}, {{1, 3}, {}});
+  auto mw = MeshTensor<float, M, per_axis<Invariant, Sharded<1>>>::zeros(mesh, {10, 6}, {{}, {2, 4}});
+  (void)mx, (void)mw;
 #if !defined(SHARDEX_FAIL_CASE)
   // The valid neighbours of the cases below.
   Tensor<float, Partial> ok1 = matmul(s1, Tensor<float, Sharded<0, lengths<1, 2, 3, 4>>>::ones(comm, {10, 10}));
@@ -28,6 +36,11 @@ void cases(const mpi::Communicator& comm) {
   auto ok7 = reduce_scatter<S1>(p, Strategy::padded);
   auto ok8 = all_to_all<Sharded<1>>(s0, {1, 2, 3, 4}, Strategy::padded);
   (void)ok1, (void)ok2, (void)ok3, (void)ok4, (void)ok5, (void)ok6, (void)ok7, (void)ok8;
+  // Meshes: the weight replicated along dp before it meets the dp-sharded batch.
+  auto ok9 = matmul(mx, replicate<dp>(mw));
+  auto ok10 = all_gather<dp>(mx);
+  MeshTensor<float, Mesh<axis<"dp", 2>, tp>, per_axis<Sharded<0, lengths<1, 3>>, Replicated>> ok11;
+  (void)ok9, (void)ok10, (void)ok11;
 #elif SHARDEX_FAIL_CASE == 1
   // expect: shardex::matmul(a, b) has no layout rule for these operands
   auto y = matmul(p, Tensor<float, Sharded<1>>::ones(comm, {10, 10}, layout_mapping<Sharded<1>>({1, 2, 3, 4})));
@@ -94,6 +107,29 @@ void cases(const mpi::Communicator& comm) {
 #elif SHARDEX_FAIL_CASE == 22
   // expect: has dynamic lengths, so the call needs them: pass one length per rank
   auto y = eager::all_to_all<Sharded<1>>(s0, Strategy::padded);
+#elif SHARDEX_FAIL_CASE == 23
+  // expect: a transition along an axis this mesh does not have
+  auto y = all_gather<axis<"pp">>(mx);
+#elif SHARDEX_FAIL_CASE == 24
+  // expect: the operands live on meshes of different types
+  const Mesh<dp, axis<"pp">> other(comm, {2, 2});
+  auto y = mx + MeshTensor<float, Mesh<dp, axis<"pp">>, per_axis<Sharded<0>, Replicated>>::zeros(other, {4, 10}, {{1, 3}, {}});
+#elif SHARDEX_FAIL_CASE == 25
+  // expect: on one mesh axis an Invariant operand meets a per-rank one
+  auto y = matmul(mx, mw);
+#elif SHARDEX_FAIL_CASE == 26
+  // expect: static lengths<...> on an axis of static size need one length per rank of that axis
+  MeshTensor<float, Mesh<axis<"dp", 2>, tp>, per_axis<Sharded<0, lengths<1, 2, 3>>, Replicated>> y;
+#elif SHARDEX_FAIL_CASE == 27
+  // expect: two mesh axes shard the same tensor dim
+  MeshTensor<float, M, per_axis<Sharded<0>, Sharded<0>>> y;
+#elif SHARDEX_FAIL_CASE == 28
+  // expect: give one layout per mesh axis, in the mesh's order
+  MeshTensor<float, M, per_axis<Sharded<0>>> y;
+#elif SHARDEX_FAIL_CASE == 29
+  // expect: a mesh parameter must be Invariant or Sharded on every axis
+  auto y = mx;
+  sgd_step(0.1, y);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

@@ -44,6 +44,54 @@ inline std::vector<Node*> topological_order(Node* root) {
 
 }  // namespace autodiff
 
+namespace autodiff {
+
+/// Each node's adjoint, outputs before their inputs.
+inline void propagate_all(const std::vector<Node*>& order) {
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    {
+      trace::Span step("backward", (*it)->op);  // the node's adjoint (its transitions are spans of their own)
+      (*it)->propagate();
+    }
+    (*it)->release();
+  }
+}
+
+/// The reverse pass from `root`, whose gradient `seed()` sets: one agreement
+/// over `comm` (every rank that takes part in the graph's collectives) on
+/// every collective the pass will make, in order; then each node's adjoint,
+/// in an order that is the same on every rank. `what` describes the call.
+///
+/// `comm` null: no agreement for the whole pass; each collective agrees on
+/// its own call (a pass over a mesh, whose collectives run on the axes'
+/// sub-communicators with shapes that differ from one group to another).
+template <class Comm, class Seed, class Describe>
+void reverse_pass(Node& root, const Comm* comm, const Seed& seed, const Describe& what) {
+  auto order = topological_order(&root);
+  if (comm == nullptr) {
+    trace::Span pass("backward", "backward(loss)");
+    seed();
+    propagate_all(order);
+    return;
+  }
+  // The per-call agreements inside the pass are then skipped. Their inputs
+  // are gradients the library made in the dual layouts of tensors already
+  // checked forward, so a rank's own check cannot fail where a peer's passes.
+  detail::Signature plan;
+  plan.add("shardex::backward");
+  std::int64_t calls = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if ((*it)->backward_call != 0) plan.add((*it)->backward_call), ++calls;
+  plan.add(calls);
+  detail::agree(*comm, "", plan, [&] { return what() + " (" + std::to_string(calls) + " collectives)"; });
+  const detail::AgreedPlan agreed;
+  trace::Span pass("backward", "backward(loss)");
+  seed();
+  propagate_all(order);
+}
+
+}  // namespace autodiff
+
 /// Fills the gradient of every differentiable tensor `loss` depends on.
 /// The objective is the sum over ranks of each rank's local loss (an
 /// Invariant loss counts once), so the seed is 1 on every rank. Collective:
@@ -54,31 +102,12 @@ void backward(const Tensor<T, L, Device>& loss) {
   if (loss.shape().numel() != 1)
     throw invalid_argument("shardex::backward(loss): the loss must hold one element, but it is " + loss.describe());
   if (!loss.node()) throw error("shardex::backward(loss): the loss does not depend on any tensor that requires_grad()");
-  auto order = autodiff::topological_order(loss.node().get());
-  // One agreement for the whole pass, on every collective it will make, in
-  // order: the per-call agreements inside it are then skipped. Their inputs
-  // are gradients the library made in the dual layouts of tensors already
-  // checked forward, so a rank's own check cannot fail where a peer's passes.
-  detail::Signature plan;
-  plan.add("shardex::backward");
-  std::int64_t calls = 0;
-  for (auto it = order.rbegin(); it != order.rend(); ++it)
-    if ((*it)->backward_call != 0) plan.add((*it)->backward_call), ++calls;
-  plan.add(calls);
-  detail::agree(loss.comm(), "", plan, [&] {
-    return "shardex::backward(loss) on rank " + std::to_string(loss.rank()) + " of " + std::to_string(loss.world_size()) +
-           " (" + std::to_string(calls) + " collectives; loss " + loss.describe() + ")";
-  });
-  const detail::AgreedPlan agreed;
-  trace::Span pass("backward", "backward(loss)");
-  loss.node()->seed();
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    {
-      trace::Span step("backward", (*it)->op);  // the node's adjoint (its transitions are spans of their own)
-      (*it)->propagate();
-    }
-    (*it)->release();
-  }
+  autodiff::reverse_pass(
+      *loss.node(), &loss.comm(), [&] { loss.node()->seed(); },
+      [&] {
+        return "shardex::backward(loss) on rank " + std::to_string(loss.rank()) + " of " + std::to_string(loss.world_size()) +
+               " (loss " + loss.describe() + ")";
+      });
 }
 
 }  // namespace shardex

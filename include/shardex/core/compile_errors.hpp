@@ -131,6 +131,33 @@
   "shardex::lengths<...> needs one length per rank; an empty list fits no communicator"
 #define SHARDEX_ERR_LENGTHS_NEGATIVE \
   "shardex::lengths<...> requires every length to be >= 0 (zero is legal: the rank holds nothing)"
+// ---- shardex/mesh/ ---------------------------------------------------------------
+#define SHARDEX_ERR_MESH_AXIS_SIZE \
+  "shardex::axis<Name, Size>: the size of an axis is >= 1, or 0 for one given when the mesh is made"
+#define SHARDEX_ERR_MESH_NO_AXES \
+  "shardex::Mesh<Axes...>: a mesh needs at least one axis (Mesh<axis<\"tp\">> is plain tensor parallelism)"
+#define SHARDEX_ERR_MESH_NO_SUCH_AXIS \
+  "shardex: a transition along an axis this mesh does not have; name one of the axes of the tensor's " \
+  "Mesh<...> (the axis and the mesh are in the instantiation above)"
+#define SHARDEX_ERR_MESH_LAYOUT_COUNT \
+  "shardex::MeshTensor<T, Mesh, per_axis<...>>: give one layout per mesh axis, in the mesh's order"
+#define SHARDEX_ERR_MESH_DIM_SHARDED_TWICE \
+  "shardex::MeshTensor: two mesh axes shard the same tensor dim; shard one dim per axis (all_gather " \
+  "along one of them first, or shard another dim)"
+#define SHARDEX_ERR_MESH_STATIC_LENGTHS_COUNT \
+  "shardex::MeshTensor: static lengths<...> on an axis of static size need one length per rank of that " \
+  "axis; fix the count, or make the lengths dynamic_lengths"
+#define SHARDEX_ERR_MESH_MIXED_MESHES \
+  "shardex: the operands live on meshes of different types (axes or device); tensors meet only on one " \
+  "mesh"
+#define SHARDEX_ERR_MESH_INVARIANT_MEETS_PER_RANK \
+  "shardex: on one mesh axis an Invariant operand meets a per-rank one (Replicated, Partial or " \
+  "Sharded); replicate<axis>(x) the Invariant operand along that axis first, so that its gradient is " \
+  "all-reduced over the axis (on the data-parallel axis: the DDP all-reduce); the axis and the operands' " \
+  "layouts on it are in the instantiation line above"
+#define SHARDEX_ERR_MESH_SGD_NOT_SELF_DUAL \
+  "shardex::sgd_step: a mesh parameter must be Invariant or Sharded on every axis (a Replicated or " \
+  "Partial one's gradient is not in its own layout); make it Invariant and replicate<axis>(p) where used"
 // ---- shardex/tensor/tensor.hpp -------------------------------------------------------
 #define SHARDEX_ERR_TENSOR_NO_SHARDED_DIM \
   "shardex::Tensor<T, Sharded<D, ...>>: the tensor has no dim D (D >= its rank); shard along one of its " \

@@ -180,14 +180,18 @@ public:
     requires std::same_as<Device, Host>
   {
     return from_function(
-        comm, global,
-        [&](std::span<const std::int64_t> idx) {
-          const std::uint64_t k = 2 * static_cast<std::uint64_t>(linear_index(global, idx));
-          const double u1 = 1.0 - unit_random(seed, static_cast<std::int64_t>(k));  // (0, 1]
-          const double u2 = unit_random(seed, static_cast<std::int64_t>(k + 1));
-          return mean + stddev * static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-        },
+        comm, global, [&](std::span<const std::int64_t> idx) { return normal_at(seed, global, idx, mean, stddev); },
         std::move(m));
+  }
+
+  /// The element of `normal(comm, global, seed, mean, stddev)` at a global
+  /// index: a function of (seed, global shape, index) alone (Box-Muller over
+  /// two counter-based uniforms), so a mesh tensor draws the same numbers.
+  static T normal_at(std::uint64_t seed, const Shape& global, std::span<const std::int64_t> idx, T mean, T stddev) {
+    const std::uint64_t k = 2 * static_cast<std::uint64_t>(linear_index(global, idx));
+    const double u1 = 1.0 - unit_random(seed, static_cast<std::int64_t>(k));  // (0, 1]
+    const double u2 = unit_random(seed, static_cast<std::int64_t>(k + 1));
+    return mean + stddev * static_cast<T>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
   }
 
   /// From each rank's local part in host memory, copied (to the device's memory). Collective: all ranks call it, and
@@ -325,6 +329,18 @@ public:
   template <LayoutTag L2>
   [[nodiscard]] Tensor<T, L2, Device> relabel(layout_mapping<L2> m = {}) const {
     return Tensor<T, L2, Device>::adopt(comm_, global_, std::move(m), storage_, data_);
+  }
+
+  /// The same local data seen from another communicator of a mesh: the
+  /// layout, global shape and lengths that tensor has along another axis
+  /// (mesh/mesh_tensor.hpp). The local shapes must be the same.
+  template <LayoutTag L2, class Comm2>
+  [[nodiscard]] Tensor<T, L2, Device> reseat(const Comm2& comm, const Shape& global, layout_mapping<L2> m) const {
+    auto t = Tensor<T, L2, Device>::adopt(comm, global, std::move(m), storage_, data_);
+    if (t.local_shape() != local_)
+      throw error("shardex::Tensor::reseat on rank " + std::to_string(comm_.rank()) + ": the local shape " + local_.str() +
+                  " is not the local shape " + t.local_shape().str() + " of " + t.describe());
+    return t;
   }
 
   // ---- autodiff -----------------------------------------------------------

@@ -1,0 +1,12 @@
+#pragma once
+/// @file
+/// @brief Meshes: data x tensor parallelism with a layout per mesh axis
+/// (README "Meshes").
+
+#include "shardex/mesh/axis.hpp"
+#include "shardex/mesh/axis_layouts.hpp"
+#include "shardex/mesh/local_ops.hpp"
+#include "shardex/mesh/mesh.hpp"
+#include "shardex/mesh/mesh_tensor.hpp"
+#include "shardex/mesh/training.hpp"
+#include "shardex/mesh/transitions.hpp"
