@@ -82,7 +82,7 @@ template <class X, class F>
 void for_each_local(const X& x, F&& f) {
   const Shape& g = x.shape();
   std::vector<std::int64_t> base(static_cast<std::size_t>(g.rank()), 0);
-  detail::for_each_axis<2>([&](auto k) {
+  detail::for_each_axis<X::axis_count>([&](auto k) {
     constexpr std::size_t i = decltype(k)::value;
     using L = typename X::template layout_at<i>;
     if constexpr (is_sharded_v<L>)
@@ -107,13 +107,13 @@ std::int64_t small(std::int64_t k, int c, std::size_t axis, std::uint64_t salt) 
 
 /// A mesh tensor holding the logical value `value` (row-major, global shape),
 /// with every Partial axis split into summands that differ across its ranks.
-template <class T, class Ls>
-MeshTensor<T, M, Ls> make(const M& mesh, const Shape& g, typename Ls::mappings ms, const std::vector<T>& value, std::uint64_t salt) {
-  auto x = MeshTensor<T, M, Ls>::zeros(mesh, g, std::move(ms));
+template <class T, class Ls, class Mesh = M>
+MeshTensor<T, Mesh, Ls> make(const Mesh& mesh, const Shape& g, typename Ls::mappings ms, const std::vector<T>& value, std::uint64_t salt) {
+  auto x = MeshTensor<T, Mesh, Ls>::zeros(mesh, g, std::move(ms));
   for_each_local(x, [&](std::int64_t e, std::span<const std::int64_t> idx) {
     const std::int64_t k = linear(g, idx);
     std::int64_t v = static_cast<std::int64_t>(value[static_cast<std::size_t>(k)]);
-    detail::for_each_axis<2>([&](auto a) {
+    detail::for_each_axis<Ls::count>([&](auto a) {
       constexpr std::size_t i = decltype(a)::value;
       if constexpr (std::same_as<layout_at_t<Ls, i>, Partial>) {
         const int c = mesh.coord(i), n = mesh.size(i);
@@ -139,7 +139,7 @@ template <class X>
 bool holds(const X& x, const std::vector<typename X::value_type>& value) {
   using T = typename X::value_type;
   std::vector<T> local(x.local().begin(), x.local().end());
-  detail::for_each_axis<2>([&](auto a) {
+  detail::for_each_axis<X::axis_count>([&](auto a) {
     constexpr std::size_t i = decltype(a)::value;
     if constexpr (std::same_as<typename X::template layout_at<i>, Partial>)
       x.mesh().comm(i).all_reduce(local.data(), static_cast<std::int64_t>(local.size()));
@@ -156,7 +156,7 @@ bool holds(const X& x, const std::vector<typename X::value_type>& value) {
 template <class A, class B>
 double pairing(const A& a, const B& b) {
   bool counted = true;
-  detail::for_each_axis<2>([&](auto k) {
+  detail::for_each_axis<A::axis_count>([&](auto k) {
     constexpr std::size_t i = decltype(k)::value;
     if constexpr (std::same_as<typename A::template layout_at<i>, Invariant>) counted = counted && a.mesh().coord(i) == 0;
   });
@@ -313,6 +313,176 @@ TEST_CASE("explain names the axis; a chain along one axis is simplified as on on
     CHECK(q.collective_names() == "all_gather<dp>");
     const auto y = mesh_eval(chain);
     CHECK(std::same_as<std::remove_cvref_t<decltype(y)>, MeshTensor<double, M, per_axis<S0, Replicated>>>);
+  }
+}
+
+TEST_CASE("a one-axis mesh is the one-axis API: the same values and gradients as Tensor") {
+  using One = Mesh<tp>;
+  const One mesh(world(), {world().size()});
+  auto rng = test::shared_rng(41);
+  const Shape g{5, 3};
+  const Lens ls = test::random_lengths(rng, world().size(), 5);
+  const auto value = random_value<double>(g, 7);
+  auto x = make<double, per_axis<S0>>(mesh, g, {ls}, value, 1);
+  x.requires_grad();
+  const auto y = mesh_eval(all_gather<tp>(x));
+  CHECK(test::all_ranks(holds(y, value)));
+  // The same through Tensor on the same communicator.
+  auto t = Tensor<double, S0>::from_local(mesh.comm<tp>(), x.local_shape(), std::span<const double>(x.local().data(), x.local().size()), ls);
+  const auto u = eager::all_gather(t);
+  CHECK(std::equal(u.local().begin(), u.local().end(), y.local().begin(), y.local().end()));
+  // Backward: dy in P (the dual of R) comes back to x summed, in S(0).
+  const auto dvalue = random_value<double>(g, 8);
+  const auto dy = make<double, per_axis<Partial>>(mesh, g, {{}}, dvalue, 2);
+  backward(y, dy);
+  CHECK(test::all_ranks(holds(x.grad(), dvalue)));
+}
+
+TEST_CASE("a three-axis mesh: a transition along the middle axis, a local operation, backward") {
+  using pp = axis<"pp">;
+  using M3 = Mesh<pp, dp, tp>;
+  const int n = world().size();
+  // The middle axis always has more than one rank (when the world does): 2 -> 1x2x1, 3 -> 1x3x1,
+  // 4 -> 2x2x1, 6 -> 1x2x3.
+  const int d = n % 2 == 0 ? 2 : n, rest = n / d, p = rest % 2 == 0 ? 2 : 1;
+  const std::array<int, 3> shape{p, d, rest / p};
+  const M3 mesh(world(), shape);
+  CHECK(mesh.coord<pp>() * shape[1] * shape[2] + mesh.coord<dp>() * shape[2] + mesh.coord<tp>() == world().rank());
+  auto rng = test::shared_rng(43);
+  const Shape g{4, 6, 5};
+  using Ls = per_axis<Sharded<2>, Partial, Sharded<0>>;
+  const Lens l_pp = test::random_lengths(rng, shape[0], 5), l_tp = test::random_lengths(rng, shape[2], 4);
+  const auto value = random_value<double>(g, 11), dvalue = random_value<double>(g, 12);
+  auto x = make<double, Ls>(mesh, g, {l_pp, {}, l_tp}, value, 3);
+  x.requires_grad();
+  const auto y = mesh_eval(all_reduce<dp>(x) * 2.0);  // (pp: S(2), dp: R, tp: S(0))
+  CHECK(std::same_as<std::remove_cvref_t<decltype(y)>, MeshTensor<double, M3, per_axis<Sharded<2>, Replicated, Sharded<0>>>>);
+  std::vector<double> twice(value);
+  for (auto& v : twice) v *= 2;
+  CHECK(test::all_ranks(holds(y, twice)));
+  const auto dy = make<double, dual_layouts_t<typename std::remove_cvref_t<decltype(y)>::layouts>>(mesh, g, y.dual_mappings(), dvalue, 4);
+  backward(y, dy);
+  std::vector<double> dtwice(dvalue);
+  for (auto& v : dtwice) v *= 2;
+  CHECK(test::all_ranks(holds(x.grad(), dtwice)));
+}
+
+TEST_CASE("local operations apply their rules per axis: transpose, sum<k>, add_bias with a non-last axis split") {
+  for (const auto& shape : mesh_shapes()) {
+    const M mesh(world(), shape);
+    auto rng = test::shared_rng(47);
+    const Shape g{4, 6};
+    const Lens rows = test::random_lengths(rng, shape[0], 4), cols = test::random_lengths(rng, shape[1], 6);
+    const auto value = random_value<double>(g, 21);
+    auto x = make<double, per_axis<S0, S1>>(mesh, g, {rows, cols}, value, 1);
+    x.requires_grad();
+    CAPTURE(mesh.str());
+    // transpose: (dp: S(0), tp: S(1)) -> (dp: S(1), tp: S(0)), the transposed value.
+    const auto t = transpose(x);
+    CHECK(std::same_as<std::remove_cvref_t<decltype(t)>, MeshTensor<double, M, per_axis<S1, S0>>>);
+    std::vector<double> tv(value.size());
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 6; ++j) tv[static_cast<std::size_t>(j * 4 + i)] = value[static_cast<std::size_t>(i * 6 + j)];
+    CHECK(t.shape() == Shape{6, 4});
+    CHECK(test::all_ranks(holds(t, tv)));
+    // sum<0>: the dp-split dim summed -> (dp: P, tp: S(0)) holding the column sums.
+    const auto c = sum<0>(x);
+    CHECK(std::same_as<std::remove_cvref_t<decltype(c)>, MeshTensor<double, M, per_axis<Partial, S0>>>);
+    std::vector<double> cv(6, 0.0);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 6; ++j) cv[static_cast<std::size_t>(j)] += value[static_cast<std::size_t>(i * 6 + j)];
+    CHECK(test::all_ranks(holds(c, cv)));
+    // Its adjoint broadcasts dc (dp: R, tp: S(0)) back over the rows.
+    const auto dcv = random_value<double>(Shape{6}, 22);
+    const auto dc = make<double, per_axis<Replicated, S0>>(mesh, Shape{6}, c.dual_mappings(), dcv, 2);
+    backward(c, dc);
+    std::vector<double> gx(value.size());
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 6; ++j) gx[static_cast<std::size_t>(i * 6 + j)] = dcv[static_cast<std::size_t>(j)];
+    CHECK(test::all_ranks(holds(x.grad(), gx)));
+    // add_bias with x split along its last dim on dp: b must be split alike on dp.
+    const Lens split = test::random_lengths(rng, shape[0], 6);  // x's last dim over dp, and b alike
+    const auto xl = make<double, per_axis<S1, Invariant>>(mesh, g, {split, {}}, value, 3);
+    const auto bv = random_value<double>(Shape{6}, 23);
+    const auto b = make<double, per_axis<S0, Invariant>>(mesh, Shape{6}, {split, {}}, bv, 4);
+    const auto y = add_bias(xl, b);
+    std::vector<double> yv(value);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 6; ++j) yv[static_cast<std::size_t>(i * 6 + j)] += bv[static_cast<std::size_t>(j)];
+    CHECK(test::all_ranks(holds(y, yv)));
+    const auto whole_b = make<double, per_axis<Invariant, Invariant>>(mesh, Shape{6}, {}, bv, 5);
+    CHECK_THROWS_WITH_AS(add_bias(xl, replicate<dp>(whole_b)), doctest::Contains("on axis dp x is split along its last dim"), invalid_argument);
+    const auto short_b = make<double, per_axis<Invariant, Invariant>>(mesh, Shape{4}, {}, random_value<double>(Shape{4}, 24), 5);
+    const auto xr = make<double, per_axis<S0, Invariant>>(mesh, g, {rows, {}}, value, 6);
+    CHECK_THROWS_WITH_AS(add_bias(xr, replicate<dp>(short_b)), doctest::Contains("b must be 1-d of x's last extent"), invalid_argument);
+  }
+}
+
+TEST_CASE("bad input across groups throws on every rank: lengths that differ between dp groups, dy, from_global") {
+  const int n = world().size();
+  for (const auto& shape : mesh_shapes()) {
+    const M mesh(world(), shape);
+    CAPTURE(mesh.str());
+    const Shape g{4, 6};
+    const auto value = random_value<double>(g, 31);
+    auto x = make<double, per_axis<Invariant, Partial>>(mesh, g, {}, value, 1);
+    x.requires_grad();
+    // Lengths of tp that differ between the dp groups: each tp group would accept its own.
+    if (shape[0] > 1 && shape[1] > 1) {
+      Lens a(static_cast<std::size_t>(shape[1]), 0), b(static_cast<std::size_t>(shape[1]), 0);
+      a[0] = 4;
+      b[1] = 4;
+      CHECK_THROWS_WITH_AS(mesh_eval(reduce_scatter<tp, S0>(x, mesh.coord<dp>() == 0 ? a : b)),
+                           doctest::Contains("the ranks are not making the same call"), invalid_argument);
+    }
+    // dy whose lengths are not y's.
+    Lens l(static_cast<std::size_t>(shape[1]), 0), other(static_cast<std::size_t>(shape[1]), 0);
+    l[0] = 4;
+    other[static_cast<std::size_t>(shape[1] - 1)] = 4;
+    const auto y = mesh_eval(reduce_scatter<tp, S0>(x, l));
+    if (shape[1] > 1) {
+      const auto dy = make<double, per_axis<Invariant, S0>>(mesh, g, {{}, other}, value, 2);
+      CHECK_THROWS_WITH_AS(backward(y, dy), doctest::Contains("dy must have y's shape"), invalid_argument);
+    }
+    // A value of the wrong size on one rank.
+    std::vector<double> v(value);
+    if (world().rank() == n - 1) v.pop_back();
+    using X = MeshTensor<double, M, per_axis<Invariant, Invariant>>;
+    CHECK_THROWS_WITH_AS(X::from_global(mesh, g, v), doctest::Contains("values given for the 24 elements"), invalid_argument);
+  }
+}
+
+TEST_CASE("explain_step lists the adjoints the reverse pass ran, and none without backward") {
+  const int n = world().size();
+  const M mesh(world(), {n, 1});
+  const auto value = random_value<double>(Shape{3, 2}, 41);
+  auto w = make<double, per_axis<Invariant, Invariant>>(mesh, Shape{3, 2}, {}, value, 1);
+  w.requires_grad();
+  const auto x = make<double, per_axis<S0, Invariant>>(mesh, Shape{n, 3}, {Lens(static_cast<std::size_t>(n), 1), {}},
+                                                       random_value<double>(Shape{n, 3}, 42), 2);
+  const Plan forward_only = explain_step([&] { (void)mesh_eval(replicate<dp>(w)); });
+  CHECK(forward_only.backward.empty());
+  CHECK(forward_only.steps.size() == 1);
+  const Plan step = explain_step([&] {
+    auto unused = mesh_eval(replicate<dp>(w) * 2.0);  // not on the loss' path: its adjoint never runs
+    backward(all_reduce<dp, Invariant>(sum(matmul(x, replicate<dp>(w)))));
+    (void)unused;
+  });
+  CAPTURE(step.str());
+  CHECK(step.backward_collective_names() == "all_reduce<dp>");
+  CHECK(step.backward.size() == 2);  // replicate<dp> (the loss' all_reduce's adjoint), all_reduce<dp> (w's)
+}
+
+TEST_CASE("a chain across two axes: all_gather<dp>(all_gather<tp>(z))") {
+  for (const auto& shape : mesh_shapes()) {
+    const M mesh(world(), shape);
+    auto rng = test::shared_rng(53);
+    const Shape g{4, 6};
+    const auto value = random_value<double>(g, 51);
+    auto z = make<double, per_axis<S0, S1>>(mesh, g, {test::random_lengths(rng, shape[0], 4), test::random_lengths(rng, shape[1], 6)}, value, 1);
+    const MeshTensor<double, M, per_axis<Replicated, Replicated>> r = all_gather<dp>(all_gather<tp>(z));
+    CHECK(test::all_ranks(holds(r, value)));
+    CHECK(to_global(z) == value);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <boost/hana/at.hpp>
 #include <boost/hana/range.hpp>
 #include <boost/hana/unpack.hpp>
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -212,10 +213,45 @@ template <MeshExpr A, MeshExpr B>
 auto matmul(const A& a, const B& b) {
   return detail::mesh_local<rules::matmul>("matmul", detail::matmul_fn{}, a, b);
 }
+namespace detail {
+/// add_bias's shapes, on global facts (so every rank decides alike): b is
+/// 1-d of x's last extent, and on every axis but the last (whose check is the
+/// one-axis add_bias's) x is split along its last dim exactly where b is.
+template <class X, class B>
+void check_bias(const X& x, const B& b) {
+  x.require_valid("shardex::add_bias");
+  b.require_valid("shardex::add_bias");
+  const int last_dim = x.shape().rank() - 1;
+  std::string err;
+  if (b.shape().rank() != 1 || last_dim < 0 || b.shape()[0] != x.shape()[last_dim])
+    err = "b must be 1-d of x's last extent";
+  for_each_axis<X::last>([&](auto k) {
+    constexpr std::size_t i = decltype(k)::value;
+    using LX = typename X::template layout_at<i>;
+    using LB = typename B::template layout_at<i>;
+    bool x_last = false;
+    if constexpr (is_sharded_v<LX>) x_last = LX::dim == last_dim;
+    if (err.empty() && x_last != is_sharded_v<LB>)
+      err = "on axis " + std::string(X::mesh_type::names()[i]) +
+            (x_last ? " x is split along its last dim, so b must be Sharded<0> with the same lengths"
+                    : " b is split but x is not split along its last dim");
+    if constexpr (is_sharded_v<LX> && is_sharded_v<LB>)
+      if (err.empty() && x_last && !std::ranges::equal(x.template mapping<i>().lengths(), b.template mapping<i>().lengths()))
+        err = "on axis " + std::string(X::mesh_type::names()[i]) + " x's last dim and b are split with different lengths";
+  });
+  if (!err.empty())
+    throw invalid_argument("shardex::add_bias(x, b) on world rank " + std::to_string(x.mesh().world().rank()) + ": " + err +
+                           " (x " + x.describe() + ", b " + b.describe() + ")");
+}
+}  // namespace detail
+
 /// x + b with the 1-d b broadcast along x's last dim (rules::bias per axis).
 template <MeshExpr X, MeshExpr B>
 auto add_bias(const X& x, const B& b) {
-  return detail::mesh_local<rules::bias>("add_bias", detail::add_bias_fn{}, x, b);
+  const auto xe = mesh_eval(x);
+  const auto be = mesh_eval(b);
+  detail::check_bias(xe, be);
+  return detail::mesh_local<rules::bias>("add_bias", detail::add_bias_fn{}, xe, be);
 }
 template <MeshExpr A, MeshExpr B>
 auto operator+(const A& a, const B& b) {

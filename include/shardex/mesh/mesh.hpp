@@ -43,12 +43,24 @@ constexpr std::size_t index_of_axis() {
   return i;
 }
 
+template <class F> struct create_options;
+template <class R, class A, class O> struct create_options<R (*)(A, O)> { using type = O; };
+
 /// The device's communicator over an MPI communicator: itself on the host,
-/// a communicator the backend creates over it otherwise (NCCL).
+/// a communicator the backend creates over it otherwise (NCCL), on the GPU
+/// `device` (the same for every axis of a rank: the rank's place on its node
+/// in the whole world, not in the sub-communicator, which would give one rank
+/// a different GPU per axis).
 template <class Comm>
-Comm device_communicator(const mpi::Communicator& c) {
-  if constexpr (std::same_as<Comm, mpi::Communicator>) return c;
-  else return Comm::create(c);
+Comm device_communicator(const mpi::Communicator& c, int device) {
+  if constexpr (std::same_as<Comm, mpi::Communicator>) {
+    (void)device;
+    return c;
+  } else {
+    typename create_options<decltype(&Comm::create)>::type options;
+    options.device = device;
+    return Comm::create(c, options);
+  }
 }
 
 }  // namespace detail
@@ -101,6 +113,14 @@ public:
                   [&] { return describe_call(world, sizes); });
     state_->world = world;
     state_->sizes = sizes;
+    int device = -1;
+    if constexpr (!std::same_as<communicator, mpi::Communicator>) {
+      // One device communicator over the whole world first: whether every
+      // rank has a GPU is agreed by all of them (a sub-communicator would
+      // agree within its group only, and leave the other groups waiting).
+      device = world.split_node_local().rank();
+      state_->device_world = detail::device_communicator<communicator>(world, device);
+    }
     int rest = world.rank();
     for (std::size_t k = axis_count; k-- > 0;) {
       state_->coords[k] = rest % sizes[k];
@@ -110,7 +130,7 @@ public:
       // The color: the world rank with this axis' coordinate set to 0.
       int color = 0;
       for (std::size_t j = 0; j < axis_count; ++j) color = color * sizes[j] + (j == k ? 0 : state_->coords[j]);
-      state_->comms[k] = detail::device_communicator<communicator>(world.split(color, state_->coords[k]));
+      state_->comms[k] = detail::device_communicator<communicator>(world.split(color, state_->coords[k]), device);
     }
   }
 
@@ -158,6 +178,7 @@ public:
 private:
   struct State {
     mpi::Communicator world;
+    communicator device_world;  ///< the device's communicator over the world (a device mesh only)
     std::array<communicator, axis_count> comms;
     std::array<int, axis_count> sizes{}, coords{};
   };

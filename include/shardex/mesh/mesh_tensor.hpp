@@ -152,9 +152,11 @@ public:
   static MeshTensor from_global(const M& mesh, const Shape& global, std::span<const T> values, mappings_type ms = {})
     requires std::same_as<device_type, Host>
   {
+    // A wrong count on one rank throws on every rank (through the factory's agreement).
+    std::string err;
     if (static_cast<std::int64_t>(values.size()) != global.numel())
-      throw invalid_argument("shardex::MeshTensor::from_global on world rank " + std::to_string(mesh.world().rank()) + ": " +
-                             std::to_string(values.size()) + " values for a global shape " + global.str());
+      err = std::to_string(values.size()) + " values given for the " + std::to_string(global.numel()) + " elements of the global shape";
+    agree_on_factory(mesh, global, ms, "shardex::MeshTensor::from_global", err);
     return from_function(
         mesh, global,
         [&](std::span<const std::int64_t> idx) {
@@ -243,6 +245,30 @@ public:
     }
   }
 
+  /// The facts every rank of the mesh must share (global shape, layouts,
+  /// lengths of every axis): a signature for the cross-rank agreement.
+  [[nodiscard]] detail::Signature signature() const {
+    detail::Signature sig;
+    sig.add(dtype_name<T>());
+    for (auto e : global_.extents()) sig.add(e);
+    detail::for_each_axis<axis_count>([&](auto k) {
+      constexpr std::size_t i = decltype(k)::value;
+      sig.add(layout_name<layout_at<i>>());
+      if constexpr (is_sharded_v<layout_at<i>>)
+        for (auto l : hana::at_c<i>(maps_).lengths()) sig.add(l);
+    });
+    return sig;
+  }
+
+  /// Every rank of the mesh's world holds the same global facts, or every
+  /// rank throws (lengths computed differently in two groups of an axis agree
+  /// within each group, and would fail later in one group only).
+  void agree_across_mesh(const std::string& op) const {
+    detail::agree(mesh_.world(), "", signature(), [&] {
+      return op + " on world rank " + std::to_string(mesh_.world().rank()) + " (result " + describe() + ")";
+    });
+  }
+
   // ---- autodiff ---------------------------------------------------------------------------
   MeshTensor& requires_grad() {
     inner_.requires_grad();
@@ -280,17 +306,19 @@ private:
                                            layout_mapping<L> m) {
     auto v = x.template reseat<L>(comm, shape, std::move(m));
     if (x.node()) {
-      v.record("mesh view", {x.node()}, [x](const Tensor<T, dual_t<L>, device_type>& g) {
-        x.node()->accumulate(g.template reseat<dual_t<LX>>(x.comm(), x.shape(), dual_mapping<LX>(x.mapping())));
-      });
+      // What the gradient needs of x, not x itself (whose data it would keep alive).
+      v.record("mesh view", {x.node()},
+               [node = x.node(), xc = x.comm(), xs = x.shape(), xm = dual_mapping<LX>(x.mapping())](const Tensor<T, dual_t<L>, device_type>& g) {
+                 node->accumulate(g.template reseat<dual_t<LX>>(xc, xs, xm));
+               });
     }
     return v;
   }
 
   /// The lengths of every sharded axis fit the global shape and that axis'
   /// size, and are the same on every rank (else every rank throws).
-  static void agree_on_factory(const M& mesh, const Shape& global, const mappings_type& ms, const char* op) {
-    std::string err = shape_problem(global);
+  static void agree_on_factory(const M& mesh, const Shape& global, const mappings_type& ms, const char* op, std::string err = {}) {
+    if (err.empty()) err = shape_problem(global);
     detail::Signature sig;
     sig.add(op).add(dtype_name<T>());
     for (auto e : global.extents()) sig.add(e);

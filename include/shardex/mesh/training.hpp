@@ -56,9 +56,13 @@ void backward(const MeshTensor<T, M, Ls>& y, const MeshTensor<T, M, dual_layouts
   y.require_valid("shardex::backward(y, dy)");
   dy.require_valid("shardex::backward(y, dy)");
   if (!y.inner().node()) throw error("shardex::backward(y, dy): y does not depend on any tensor that requires_grad()");
-  if (dy.shape() != y.shape() || dy.local_shape() != y.local_shape() || !(dy.mesh() == y.mesh()))
+  // Global facts only, so that every rank decides alike: the global shapes,
+  // the lengths of every axis (dy's those of y's dual layouts), the mesh.
+  const auto yd = MeshTensor<T, M, dual_layouts_t<Ls>>::assemble(y.mesh(), y.shape(), y.dual_mappings(), dy.inner());
+  if (dy.shape() != y.shape() || dy.signature().value() != yd.signature().value() || !(dy.mesh() == y.mesh()))
     throw invalid_argument("shardex::backward(y, dy) on world rank " + std::to_string(y.mesh().world().rank()) +
-                           ": dy is " + dy.describe() + " but y is " + y.describe());
+                           ": dy is " + dy.describe() + " but y is " + y.describe() + "; dy must have y's shape, the dual " +
+                           "layouts and y's lengths");
   auto& node = *y.inner().node();
   autodiff::reverse_pass(
       node, static_cast<const mpi::Communicator*>(nullptr), [&] { node.grad = dy.inner().clone(); },
@@ -76,8 +80,8 @@ void sgd_update(MeshTensor<T, M, Ls>& p, double lr) {
 /// Runs `step` (a training step: forward, backward, update) and returns the
 /// plan of what it ran on this rank: every transition with its axis, strategy
 /// and bytes and every local operation, in order, then in `backward` the
-/// adjoints the reverse pass ran, in its order. Steps of single-axis
-/// tensors inside `step` are not listed.
+/// adjoints of those transitions that the reverse pass ran, in the order it
+/// ran them. Steps of single-axis tensors inside `step` are not listed.
 template <class F>
 Plan explain_step(F&& step) {
   Plan p;

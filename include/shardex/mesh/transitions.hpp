@@ -18,6 +18,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/explain.hpp"
@@ -66,16 +67,32 @@ public:
   }
 
   [[nodiscard]] result_type evaluate() const {
-    if (detail::mesh_step_plan()) {
+    auto out = eval(e_);
+    if (Plan* into = detail::mesh_step_plan()) {
       Plan p = plan();
-      auto& into = *detail::mesh_step_plan();
-      into.steps.insert(into.steps.end(), p.steps.begin(), p.steps.end());
-      into.simplifications.insert(into.simplifications.end(), p.simplifications.begin(), p.simplifications.end());
-      // Its adjoints run only if a gradient flows through it.
-      if (src_.is_differentiable()) into.backward.insert(into.backward.begin(), p.backward.begin(), p.backward.end());
+      into->steps.insert(into->steps.end(), p.steps.begin(), p.steps.end());
+      into->simplifications.insert(into->simplifications.end(), p.simplifications.begin(), p.simplifications.end());
+      // Its adjoints are listed when the reverse pass runs them (if it does).
+      // (A chain that moves nothing has no adjoint and may return its input.)
+      if (!p.backward.empty() && out.node()) record_adjoints(*out.node(), std::move(p.backward));
     }
-    return src_.template with_axis<I>(eval(e_));
+    result_type r = src_.template with_axis<I>(out);
+    r.agree_across_mesh(std::string("shardex::") + e_.name() + "<" + std::string(mesh_type::names()[I]) + ">");
+    return r;
   }
+
+private:
+  /// Makes the node list `adjoints` in the plan of the step being explained
+  /// when its backward runs.
+  template <class Node>
+  static void record_adjoints(Node& node, std::vector<PlanStep> adjoints) {
+    node.backward = [run = std::move(node.backward), adjoints = std::move(adjoints)](const auto& g) {
+      if (Plan* p = detail::mesh_step_plan()) p->backward.insert(p->backward.end(), adjoints.begin(), adjoints.end());
+      if (run) run(g);
+    };
+  }
+
+public:
 
 private:
   Src src_;
