@@ -119,6 +119,14 @@
 // ---- shardex/expr/sum.hpp ------------------------------------------------------------
 #define SHARDEX_ERR_SUM_DIM \
   "shardex::sum<K>(x) needs a dim K >= 0 (sum(x) sums all dims)"
+// ---- shardex/io/ ------------------------------------------------------------------
+#define SHARDEX_ERR_SAVE_PARTIAL \
+  "shardex::save: a Partial tensor is a pending sum, not a value to store; all_reduce it (or " \
+  "reduce_scatter it to keep it sharded) first. save refuses rather than reducing behind your back: the " \
+  "reduction is a collective the caller chooses"
+#define SHARDEX_ERR_LOAD_PARTIAL \
+  "shardex::load<T, Partial>: a file holds a value, not a pending sum; load it Replicated, Invariant or " \
+  "Sharded"
 // ---- shardex/layout/layouts.hpp ------------------------------------------------------
 #define SHARDEX_ERR_SHARDED_NEGATIVE_DIM \
   "shardex::Sharded<D, ...> requires D >= 0: D is the tensor dim that is split over the ranks"

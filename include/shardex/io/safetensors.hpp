@@ -1,0 +1,231 @@
+#pragma once
+/// @file
+/// @brief Sharded checkpoints in one standard file: `save(path, tensors)`
+/// writes the logical value of every tensor into a safetensors file, each
+/// rank writing its own piece at its place with MPI-IO (collective writes;
+/// a piece strided in the file, sharded along an inner dim, is one subarray
+/// view); `load<T, Layout>(comm, path, name, lengths)` reads back any tensor
+/// into any layout, any lengths, any world size, each rank reading only its
+/// piece. `list_tensors` and `read_metadata` read the header.
+///
+/// @code
+/// save("ckpt.safetensors", TensorList().add("A", A).add("b", b).metadata("step", "5"));
+/// auto A2 = load<float, Sharded<1>>(comm, "ckpt.safetensors", "A", {3, 0, 5, 2});
+/// @endcode
+///
+/// Invariant and Replicated tensors are written once (by rank 0). A Partial
+/// tensor is refused at compile time: it is a pending sum, not a value, and
+/// reducing it is a collective the caller should choose (all_reduce, or
+/// reduce_scatter to keep it sharded). The file appears atomically: written
+/// under a temporary name and renamed once every rank is done, so a failed
+/// or interrupted save never leaves a half-written file under `path`, and
+/// an earlier file there stays as it was. Every error is thrown on every
+/// rank, naming the file and the tensor.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardex/core/agree.hpp"
+#include "shardex/core/compile_errors.hpp"
+#include "shardex/core/error.hpp"
+#include "shardex/io/file.hpp"
+#include "shardex/io/safetensors_header.hpp"
+#include "shardex/layout/mapping.hpp"
+#include "shardex/tensor/tensor.hpp"
+#include "shardex/tensor/transfer.hpp"
+
+namespace shardex {
+
+/// The safetensors dtype of an element type.
+template <Scalar T>
+constexpr const char* safetensors_dtype() {
+  return std::same_as<T, float> ? "F32" : "F64";
+}
+
+/// The tensors of one save, by name, with the file's metadata.
+class TensorList {
+public:
+  /// Adds `t` under `name` (its logical value is what the file holds).
+  template <Scalar T, LayoutTag L, class Dev>
+  TensorList& add(std::string name, const Tensor<T, L, Dev>& t) {
+    static_assert(!std::same_as<L, Partial>, SHARDEX_ERR_SAVE_PARTIAL);
+    t.require_valid("shardex::TensorList::add");
+    Item item;
+    item.entry.name = std::move(name);
+    item.entry.dtype = safetensors_dtype<T>();
+    item.entry.shape = {t.shape().extents().begin(), t.shape().extents().end()};
+    item.box.elem_bytes = sizeof(T);
+    item.box.extents = item.entry.shape;
+    item.box.start.assign(item.entry.shape.size(), 0);
+    item.box.count = item.entry.shape;
+    if constexpr (is_sharded_v<L>) {
+      item.box.start[L::dim] = t.global_offset();
+      item.box.count[L::dim] = t.local_shape()[L::dim];
+    } else if (t.rank() != 0) {
+      item.box.count.assign(item.entry.shape.size(), 0);  // a whole tensor is written once, by rank 0
+      if (item.entry.shape.empty()) item.box.count = {0}, item.box.extents = {1}, item.box.start = {0};
+    }
+    // The tensor itself on the host (a handle, no copy); a host copy of a device tensor.
+    const Tensor<T, L, Host> host = [&] {
+      if constexpr (std::same_as<Dev, Host>) return t.detach();
+      else return to<Host>(t.detach());
+    }();
+    item.data = host.data();
+    item.keep = std::shared_ptr<const void>(std::make_shared<Tensor<T, L, Host>>(host), host.data());
+    item.comm = detail::control_of(t.comm());
+    items_.push_back(std::move(item));
+    return *this;
+  }
+  /// A string stored in the header's "__metadata__".
+  TensorList& metadata(std::string key, std::string value) {
+    metadata_[std::move(key)] = std::move(value);
+    return *this;
+  }
+
+private:
+  struct Item {
+    io::TensorEntry entry;
+    io::FileBox box;
+    const void* data = nullptr;
+    std::shared_ptr<const void> keep;  ///< keeps the host copy alive
+    mpi::Communicator comm;
+  };
+  std::vector<Item> items_;
+  std::map<std::string, std::string> metadata_;
+  friend void save(const std::string& path, TensorList list);
+};
+
+/// Collective over the tensors' communicator: writes every tensor of `list`
+/// into the safetensors file `path` (in name order; the same bytes whatever
+/// the world size, layouts and lengths that hold them).
+inline void save(const std::string& path, TensorList list) {
+  if (list.items_.empty()) throw invalid_argument("shardex::save(\"" + path + "\"): no tensors to save");
+  const mpi::Communicator comm = list.items_.front().comm;
+  std::sort(list.items_.begin(), list.items_.end(), [](const auto& a, const auto& b) { return a.entry.name < b.entry.name; });
+  std::string err;
+  detail::Signature sig;
+  sig.add("shardex::save").add(path);
+  for (std::size_t k = 0; k < list.items_.size(); ++k) {
+    const auto& it = list.items_[k];
+    if (err.empty() && (it.comm.size() != comm.size() || it.comm.rank() != comm.rank()))
+      err = "tensor \"" + it.entry.name + "\" lives on another communicator than \"" + list.items_.front().entry.name + "\"";
+    if (err.empty() && k > 0 && it.entry.name == list.items_[k - 1].entry.name) err = "the name \"" + it.entry.name + "\" is given twice";
+    if (err.empty() && (it.entry.name.empty() || it.entry.name == "__metadata__")) err = "\"" + it.entry.name + "\" is not a tensor name";
+    sig.add(it.entry.name).add(it.entry.dtype);
+    for (auto e : it.entry.shape) sig.add(e);
+  }
+  for (const auto& [k, v] : list.metadata_) sig.add(k).add(v);
+  // Every rank must be saving the same tensors: a different list would interleave two files.
+  detail::agree(comm, err.empty() ? err : "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + ": " + err, sig,
+                [&] { return "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + " (" + std::to_string(list.items_.size()) + " tensors)"; });
+  std::vector<io::TensorEntry> entries;
+  for (const auto& it : list.items_) entries.push_back(it.entry);
+  const std::string header = io::make_header(entries, list.metadata_);
+  std::vector<io::FileBox> boxes;
+  std::vector<const void*> data;
+  std::int64_t total = static_cast<std::int64_t>(header.size());
+  for (std::size_t k = 0; k < list.items_.size(); ++k) {
+    io::FileBox b = list.items_[k].box;
+    b.offset = static_cast<std::int64_t>(header.size()) + entries[k].begin;
+    if (b.extents.empty()) {  // a 0-d tensor: one element, written by rank 0
+      b.extents = {1};
+      b.start = {0};
+      b.count = {comm.rank() == 0 ? 1 : 0};
+    }
+    total = std::max(total, static_cast<std::int64_t>(header.size()) + entries[k].end);
+    boxes.push_back(std::move(b));
+    data.push_back(list.items_[k].data);
+  }
+  io::write_boxes(comm, path, header, total, boxes, data);
+}
+
+/// A tensor of a file: its name, dtype and shape.
+struct TensorInfo {
+  std::string name;
+  std::string dtype;
+  Shape shape;
+};
+
+namespace detail {
+/// The validated header of `path`, the same on every rank (rank 0 reads it).
+inline io::SafetensorsHeader read_header(const mpi::Communicator& comm, const std::string& path) {
+  const io::FileHead first = io::read_head(comm, path, 8);
+  const std::int64_t n = io::header_length(first.bytes, first.size, path);
+  const io::FileHead head = io::read_head(comm, path, 8 + n);
+  return io::parse_header(head.bytes, head.size, path);
+}
+}  // namespace detail
+
+/// The tensors of a safetensors file, in the order of their data. Collective.
+inline std::vector<TensorInfo> list_tensors(const mpi::Communicator& comm, const std::string& path) {
+  std::vector<TensorInfo> out;
+  for (const auto& t : detail::read_header(comm, path).tensors) out.push_back({t.name, t.dtype, Shape(t.shape)});
+  return out;
+}
+
+/// The "__metadata__" strings of a safetensors file. Collective.
+inline std::map<std::string, std::string> read_metadata(const mpi::Communicator& comm, const std::string& path) {
+  return detail::read_header(comm, path).metadata;
+}
+
+/// Collective over `comm`: tensor `name` of the safetensors file `path`, in
+/// layout L with lengths `m` (one per rank of comm, summing to the extent
+/// of the sharded dim): every rank reads only its piece. On a device, the
+/// piece is read to the host and uploaded.
+template <Scalar T, LayoutTag L, class Dev = Host>
+Tensor<T, L, Dev> load(const typename Dev::communicator& comm, const std::string& path, const std::string& name,
+                       layout_mapping<L> m = lengths_from_type<L>()) {
+  static_assert(!std::same_as<L, Partial>, SHARDEX_ERR_LOAD_PARTIAL);
+  const mpi::Communicator& control = detail::control_of(comm);
+  const io::SafetensorsHeader h = detail::read_header(control, path);
+  const io::TensorEntry* e = h.find(name);
+  const std::string what = "shardex::load(\"" + path + "\", \"" + name + "\") on rank " + std::to_string(control.rank()) + " of " +
+                           std::to_string(control.size());
+  if (!e) throw error(what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")");
+  if (e->dtype != safetensors_dtype<T>())
+    throw error(what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() +
+                ") was asked for");
+  const Shape global(e->shape);
+  // A bad lengths list throws on every rank here (the factory agrees on it).
+  auto t = Tensor<T, L, Host>::zeros(control, global, std::move(m));
+  io::FileBox b;
+  b.offset = h.data_begin + e->begin;
+  b.elem_bytes = sizeof(T);
+  b.extents = e->shape;
+  b.start.assign(e->shape.size(), 0);
+  b.count = e->shape;
+  if constexpr (is_sharded_v<L>) {
+    b.start[L::dim] = t.global_offset();
+    b.count[L::dim] = t.local_shape()[L::dim];
+  }
+  if (b.extents.empty()) b.extents = b.count = {1}, b.start = {0};
+  void* data = t.data();
+  io::read_boxes(control, path, std::span<const io::FileBox>(&b, 1), std::span<void* const>(&data, 1));
+  if constexpr (std::same_as<Dev, Host>) return t;
+  else return to<Dev>(t, comm);
+}
+
+/// Reads tensor `name` of `path` into `t` (its layout and lengths), which
+/// must have the file's shape: the resume of a model whose parameters exist.
+template <Scalar T, LayoutTag L, class Dev>
+void load_into(Tensor<T, L, Dev>& t, const std::string& path, const std::string& name) {
+  t.require_valid("shardex::load_into");
+  const auto shape = [&] {
+    for (const auto& i : list_tensors(detail::control_of(t.comm()), path))
+      if (i.name == name) return i.shape;
+    return Shape{};
+  }();
+  if (shape != t.shape() && shape.rank() != 0)
+    throw error("shardex::load_into(\"" + path + "\", \"" + name + "\") on rank " + std::to_string(t.rank()) + ": the file's tensor has shape " +
+                shape.str() + " but the tensor to fill is " + t.describe());
+  const auto loaded = load<T, L, Dev>(t.comm(), path, name, t.mapping());
+  copy_elements<Dev>(loaded.data(), t.data(), t.size());
+}
+
+}  // namespace shardex

@@ -1,0 +1,203 @@
+// Sharded checkpoints in safetensors files (issue #14), at every world size:
+//
+// - every layout (I, R, S(0), S(1) of a 3-d tensor, S(2)), float and double,
+//   saved by all ranks with lengths 1, 2, ..., n (and with zeros), then
+//   loaded on every sub-world of 1 .. n ranks in every layout with other
+//   lengths (zeros among them): bit-for-bit the value the test computes
+//   itself for each global index;
+// - the file is byte-identical whether the world or one rank wrote it, in
+//   whatever layout;
+// - the header: names, dtypes, shapes, metadata;
+// - bad input throws on every rank, naming the file and the tensor: a
+//   missing name, a dtype that does not match, lengths that do not fit, a
+//   truncated file, a header that is not JSON, offsets that lie, a path that
+//   cannot be written; a failed save leaves the earlier file intact.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <shardex.hpp>
+#include <shardex/io/safetensors.hpp>
+
+#include "support/dist.hpp"
+
+using namespace shardex;
+
+namespace {
+
+using Lens = std::vector<std::int64_t>;
+const mpi::Communicator& world() { return test::world(); }
+
+/// A file in a folder of this world size's own (rank 0 makes it).
+std::string path_of(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("shardex_checkpoint_np" + std::to_string(world().size()));
+  if (world().rank() == 0) std::filesystem::create_directories(dir);
+  world().barrier();
+  return (dir / name).string();
+}
+
+/// The value at a global index: distinct, exact in float.
+template <class T>
+T value_at(std::span<const std::int64_t> idx, int salt) {
+  std::int64_t k = salt;
+  for (auto i : idx) k = k * 31 + i;
+  return static_cast<T>(k % 4093) / T(8);
+}
+
+template <class T, class L>
+Tensor<T, L> make(const mpi::Communicator& comm, const Shape& g, layout_mapping<L> m, int salt) {
+  return Tensor<T, L>::from_function(comm, g, [&](std::span<const std::int64_t> idx) { return value_at<T>(idx, salt); }, std::move(m));
+}
+
+/// Whether every local element is bit for bit the value of its global index.
+template <class T, class L>
+bool holds(const Tensor<T, L>& t, int salt) {
+  const auto expected = make<T, L>(t.comm(), t.shape(), t.mapping(), salt);
+  return std::memcmp(expected.data(), t.data(), static_cast<std::size_t>(t.size()) * sizeof(T)) == 0;
+}
+
+template <class L>
+layout_mapping<L> lengths_of(const Lens& ls) {
+  if constexpr (is_sharded_v<L>) return layout_mapping<L>(ls);
+  else return {};
+}
+
+std::vector<char> bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Loads tensor `name` (saved with `salt`) on `comm` in layout L with lengths
+/// drawn for that communicator, and checks its values.
+template <class T, class L>
+bool load_and_check(const mpi::Communicator& comm, const std::string& path, const std::string& name, const Shape& g, int salt,
+                    std::mt19937_64& rng) {
+  Lens ls;
+  if constexpr (is_sharded_v<L>) ls = test::random_lengths(rng, comm.size(), g[L::dim]);
+  const auto t = load<T, L>(comm, path, name, lengths_of<L>(ls));
+  return t.shape() == g && holds(t, salt);
+}
+
+}  // namespace
+
+TEST_CASE("save with lengths 1..n in every layout, load on every sub-world in every layout with other lengths: bit for bit") {
+  const int n = world().size();
+  const Shape g{3, n * (n + 1) / 2 + 1, 4};  // dim 1 takes lengths 1, 2, ..., n plus one on the last rank
+  Lens ramp(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) ramp[static_cast<std::size_t>(r)] = r + 1;
+  ramp.back() += 1;
+  auto rng = test::shared_rng(7);
+  const Lens l0 = test::random_lengths(rng, n, 3), l2 = test::random_lengths(rng, n, 4);
+  const std::string path = path_of("layouts.safetensors");
+  save(path, TensorList()
+                 .add("inv", make<double, Invariant>(world(), g, {}, 1))
+                 .add("rep", make<float, Replicated>(world(), g, {}, 2))
+                 .add("s0", make<double, Sharded<0>>(world(), g, l0, 3))
+                 .add("s1", make<float, Sharded<1>>(world(), g, ramp, 4))
+                 .add("s2", make<double, Sharded<2>>(world(), g, l2, 5))
+                 .add("scalar", make<double, Invariant>(world(), Shape{}, {}, 6))
+                 .add("empty", make<float, Sharded<0>>(world(), Shape{0, 5}, Lens(static_cast<std::size_t>(n), 0), 7))
+                 .metadata("step", "5"));
+  const auto names = list_tensors(world(), path);
+  REQUIRE(names.size() == 7);
+  CHECK(names[0].name == "empty");
+  CHECK(names[0].shape == Shape{0, 5});
+  CHECK(read_metadata(world(), path).at("step") == "5");
+  for (int k = 1; k <= n; ++k) {  // the first k ranks load it
+    const auto sub = world().split(world().rank() < k ? 0 : 1, world().rank());
+    if (world().rank() >= k) continue;
+    CAPTURE(k);
+    auto rng = test::shared_rng(100 + static_cast<std::uint64_t>(k));  // the same draws on the ranks of `sub`
+    bool ok = true;
+    ok &= load_and_check<double, Invariant>(sub, path, "inv", g, 1, rng);
+    ok &= load_and_check<double, Sharded<1>>(sub, path, "inv", g, 1, rng);
+    ok &= load_and_check<float, Sharded<0>>(sub, path, "rep", g, 2, rng);
+    ok &= load_and_check<float, Sharded<2>>(sub, path, "rep", g, 2, rng);
+    ok &= load_and_check<double, Replicated>(sub, path, "s0", g, 3, rng);
+    ok &= load_and_check<double, Sharded<2>>(sub, path, "s0", g, 3, rng);
+    ok &= load_and_check<float, Sharded<1>>(sub, path, "s1", g, 4, rng);
+    ok &= load_and_check<float, Sharded<0>>(sub, path, "s1", g, 4, rng);
+    ok &= load_and_check<float, Invariant>(sub, path, "s1", g, 4, rng);
+    ok &= load_and_check<double, Sharded<0>>(sub, path, "s2", g, 5, rng);
+    ok &= load_and_check<double, Sharded<2>>(sub, path, "s2", g, 5, rng);
+    ok &= load_and_check<double, Replicated>(sub, path, "scalar", Shape{}, 6, rng);
+    ok &= load_and_check<float, Sharded<1>>(sub, path, "empty", Shape{0, 5}, 7, rng);
+    CHECK(test::all_ranks(ok, sub));
+  }
+}
+
+TEST_CASE("the same bytes whether the world or one rank wrote the file, in whatever layout") {
+  const int n = world().size();
+  const Shape g{5, 7};
+  auto rng = test::shared_rng(11);
+  const std::string many = path_of("by_world.safetensors"), one = path_of("by_one.safetensors");
+  save(many, TensorList()
+                 .add("w", make<float, Sharded<1>>(world(), g, test::random_lengths(rng, n, 7), 1))
+                 .add("b", make<double, Sharded<0>>(world(), Shape{5}, test::random_lengths(rng, n, 5), 2))
+                 .add("c", make<double, Replicated>(world(), g, {}, 3)));
+  const auto self = world().split(world().rank(), 0);
+  if (world().rank() == 0)
+    save(one, TensorList()
+                  .add("c", make<double, Sharded<0>>(self, g, Lens{5}, 3))
+                  .add("w", make<float, Invariant>(self, g, {}, 1))
+                  .add("b", make<double, Replicated>(self, Shape{5}, {}, 2)));
+  world().barrier();
+  const auto a = bytes_of(many), b = bytes_of(one);
+  CHECK(a.size() > 8);
+  CHECK(test::all_ranks(a == b));
+}
+
+TEST_CASE("bad input throws on every rank, naming the file and the tensor; a failed save leaves the earlier file") {
+  const int n = world().size();
+  const std::string path = path_of("bad.safetensors");
+  const Shape g{4, 3};
+  auto rng = test::shared_rng(3);
+  save(path, TensorList().add("x", make<double, Sharded<0>>(world(), g, test::random_lengths(rng, n, 4), 1)));
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), path, "y")), doctest::Contains("has no tensor \"y\" (it has: x)"), error);
+  CHECK_THROWS_WITH_AS((load<float, Replicated>(world(), path, "x")), doctest::Contains("F64 in the file but float32"), error);
+  CHECK_THROWS_WITH_AS((load<double, Sharded<0>>(world(), path, "x", Lens(static_cast<std::size_t>(n), 0))),
+                       doctest::Contains("lengths"), invalid_argument);
+  // A file cut short, a header that is not JSON, offsets that lie: written by rank 0 from the good one.
+  const auto good = bytes_of(path);
+  const std::string cut = path_of("cut.safetensors"), junk = path_of("junk.safetensors"), lies = path_of("lies.safetensors");
+  if (world().rank() == 0) {
+    std::ofstream(cut, std::ios::binary).write(good.data(), static_cast<std::streamsize>(good.size() - 8));
+    std::string j(good.begin(), good.end());
+    j[9] = '@';
+    std::ofstream(junk, std::ios::binary).write(j.data(), static_cast<std::streamsize>(j.size()));
+    std::string l(good.begin(), good.end());
+    const auto at = l.find("[0,96]");
+    REQUIRE(at != std::string::npos);
+    l.replace(at, 6, "[8,96]");
+    std::ofstream(lies, std::ios::binary).write(l.data(), static_cast<std::streamsize>(l.size()));
+  }
+  world().barrier();
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), cut, "x")), doctest::Contains("truncated"), error);
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), junk, "x")), doctest::Contains("is not valid JSON"), error);
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), lies, "x")), doctest::Contains("data_offsets [8, 96] hold 88 bytes"), error);
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), path_of("absent.safetensors"), "x")), doctest::Contains("cannot open"), error);
+  // A path that cannot be written.
+  CHECK_THROWS_WITH_AS(save("/nonexistent-dir/x.safetensors", TensorList().add("x", make<double, Invariant>(world(), g, {}, 1))),
+                       doctest::Contains("cannot create"), error);
+  // A save that fails (its temporary file cannot be made) leaves the earlier file as it was.
+  if (world().rank() == 0) std::filesystem::create_directories(path + ".shardex-partial");
+  world().barrier();
+  CHECK_THROWS_AS(save(path, TensorList().add("x", make<double, Invariant>(world(), g, {}, 9))), error);
+  CHECK(test::all_ranks(bytes_of(path) == good));
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove_all(path + ".shardex-partial");
+  // Ranks saving different lists: every rank throws, none writes.
+  if (n > 1)
+    CHECK_THROWS_AS(save(path_of("mixed.safetensors"),
+                         TensorList().add(world().rank() == 0 ? "x" : "z", make<double, Invariant>(world(), g, {}, 1))),
+                    invalid_argument);
+  CHECK_THROWS_WITH_AS(save(path, TensorList().add("x", make<double, Invariant>(world(), g, {}, 1)).add("x", make<double, Invariant>(world(), g, {}, 2))),
+                       doctest::Contains("given twice"), invalid_argument);
+}
