@@ -13,6 +13,18 @@
 // the same model run unsharded (on a one-rank communicator, same initial
 // weights, same data). It exits non-zero if they differ by more than 1e-10
 // (double) or 1e-4 (float), or if the loss did not go down.
+//
+// --optimizer adam trains with Adam instead (its moments sharded like the
+// parameters). --save PATH writes the parameters, the optimizer's state and the
+// step count into one safetensors file at the end; --resume PATH continues from
+// one, at any world size and speeds (the unsharded run resumes from it too):
+//   mpirun -n 4 build/examples/megatron_mlp --optimizer adam --steps 5 --save half.safetensors
+//   mpirun -n 3 build/examples/megatron_mlp --optimizer adam --steps 5 --resume half.safetensors
+#include <optional>
+
+#include <shardex/autodiff/adam.hpp>
+#include <shardex/io/safetensors.hpp>
+
 #include "support/cli.hpp"
 
 using namespace shardex;
@@ -43,6 +55,38 @@ struct Mlp {
   }
 };
 
+/// --save / --resume: the parameters, Adam's moments (sharded like them) and
+/// the step count, in one safetensors file any world size can load.
+template <class T, class Dev, class Opt>
+void save_state(const std::string& path, const Mlp<T, Dev>& m, Opt* adam, std::int64_t step) {
+  TensorList list;
+  list.add("A", m.A).add("a", m.a).add("B", m.B).add("b", m.b).metadata("step", std::to_string(step));
+  if (adam) {
+    const auto& [mA, ma, mB, mb] = adam->first_moments();
+    const auto& [vA, va, vB, vb] = adam->second_moments();
+    list.add("adam.m.A", mA).add("adam.m.a", ma).add("adam.m.B", mB).add("adam.m.b", mb);
+    list.add("adam.v.A", vA).add("adam.v.a", va).add("adam.v.B", vB).add("adam.v.b", vb);
+    list.metadata("adam.steps", std::to_string(adam->steps()));
+  }
+  save(path, std::move(list));
+}
+
+/// Loads what save_state wrote into this run's layouts and lengths; returns the step to continue from.
+template <class T, class Dev, class Opt>
+std::int64_t resume_state(const std::string& path, Mlp<T, Dev>& m, Opt* adam) {
+  load_into(m.A, path, "A"), load_into(m.a, path, "a"), load_into(m.B, path, "B"), load_into(m.b, path, "b");
+  const auto meta = read_metadata(detail::control_of(m.A.comm()), path);
+  if (adam) {
+    if (!meta.contains("adam.steps")) throw example::usage_error("--resume " + path + ": the file holds no Adam state (it was saved with --optimizer sgd)");
+    auto& [mA, ma, mB, mb] = adam->first_moments();
+    auto& [vA, va, vB, vb] = adam->second_moments();
+    load_into(mA, path, "adam.m.A"), load_into(ma, path, "adam.m.a"), load_into(mB, path, "adam.m.B"), load_into(mb, path, "adam.m.b");
+    load_into(vA, path, "adam.v.A"), load_into(va, path, "adam.v.a"), load_into(vB, path, "adam.v.B"), load_into(vb, path, "adam.v.b");
+    adam->set_steps(std::stoll(meta.at("adam.steps")));
+  }
+  return meta.contains("step") ? std::stoll(meta.at("step")) : 0;
+}
+
 template <class T, class Dev>
 example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& lens, bool report) {
   const std::int64_t batch = f.integer("batch"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
@@ -51,8 +95,23 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
   Mlp<T, Dev> model = Mlp<T, Dev>(comm, hidden, ffn, lens, seed).trainable();
   example::Run<T> run;
   const std::int64_t steps = f.integer("steps");
-  const double lr = example::learning_rate(f, 1.6);  // --lr auto: 1.6 / hidden (0.05 at the default width)
-  for (std::int64_t step = 0; step < steps; ++step) {
+  const bool use_adam = f.str("optimizer") == "adam";
+  if (!use_adam && f.str("optimizer") != "sgd") throw example::usage_error("--optimizer must be sgd or adam");
+  // --lr auto: 1.6 / hidden for SGD (0.05 at the default width), 0.32 / hidden for Adam.
+  const double lr = example::learning_rate(f, use_adam ? 0.32 : 1.6);
+  // Adam's update runs on host tensors.
+  using Opt = std::conditional_t<std::same_as<Dev, Host>, Adam<decltype(model.A), decltype(model.a), decltype(model.B), decltype(model.b)>, int>;
+  std::optional<Opt> adam;
+  if constexpr (std::same_as<Dev, Host>) {
+    if (use_adam) adam.emplace(AdamOptions{.lr = lr}, model.A, model.a, model.B, model.b);
+  } else if (use_adam) {
+    throw example::usage_error("--optimizer adam runs on the host only (--backend mpi)");
+  }
+  Opt* opt = adam ? &*adam : nullptr;
+  std::int64_t first = 0;
+  if constexpr (std::same_as<Dev, Host>)
+    if (!f.str("resume").empty()) first = resume_state(f.str("resume"), model, opt);
+  for (std::int64_t step = first; step < first + steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     auto x = example::normal<Dev, T, Invariant>(comm, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")));
     Tensor<T, Invariant, Dev> target = teacher(x);
@@ -62,16 +121,23 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     backward(loss);
     run.losses.push_back(example::value(loss));
     example::check_finite_loss(run.losses.back(), step, lr);
-    if (step + 1 == steps) {  // keep the last step's output and gradients, gathered whole
+    if (step + 1 == first + steps) {  // keep the last step's output and gradients, gathered whole
       run.last = {{"output", example::on_host(y)},
                   {"dA", example::on_host(eager::all_gather<Invariant>(model.A.grad()))},
                   {"da", example::on_host(eager::all_gather<Invariant>(model.a.grad()))},
                   {"dB", example::on_host(eager::all_gather<Invariant>(model.B.grad()))},
                   {"db", example::on_host(model.b.grad())}};
     }
-    sgd_step(lr, model.A, model.a, model.B, model.b);
-    example::end_step(comm, run, step, t0, report);
+    if constexpr (std::same_as<Dev, Host>) {
+      if (adam) adam->step(model.A, model.a, model.B, model.b);
+      else sgd_step(lr, model.A, model.a, model.B, model.b);
+    } else {
+      sgd_step(lr, model.A, model.a, model.B, model.b);
+    }
+    example::end_step(comm, run, step - first, t0, report);
   }
+  if constexpr (std::same_as<Dev, Host>)
+    if (report && !f.str("save").empty()) save_state(f.str("save"), model, opt, first + steps);
   return run;
 }
 
@@ -90,6 +156,7 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
 int main(int argc, char** argv) {
   return example::main(argc, argv, "megatron_mlp: Megatron's tensor-parallel MLP on uneven shards",
                        {{"batch", "16"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "auto"}, {"seed", "1"},
-                        {"dtype", "double"}, {"speeds", ""}},
+                        {"dtype", "double"}, {"speeds", ""},
+                        {"optimizer", "sgd"}, {"save", ""}, {"resume", ""}},
                        [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
 }

@@ -9,6 +9,10 @@
 /// cases of test/fail/ pin these texts, and the `layers` test refuses a
 /// `static_assert` in include/ whose text is written anywhere but here.
 
+// ---- shardex/autodiff/adam.hpp -------------------------------------------------------
+#define SHARDEX_ERR_ADAM_HOST_ONLY \
+  "shardex::Adam: the update runs on host tensors; a device parameter needs a device kernel this " \
+  "version does not have (use sgd_step, which runs on every device)"
 // ---- shardex/autodiff/sgd.hpp --------------------------------------------------------
 #define SHARDEX_ERR_SGD_PARAMETER_NOT_SELF_DUAL \
   "shardex::sgd_step: a Replicated (or Partial) parameter's gradient is not in its own layout; make the " \

@@ -1,0 +1,77 @@
+// The C++ side of the safetensors interop test (check_interop.py):
+//   interop write PATH   saves "a" (float32, 3 x 5, sharded along dim 1) and
+//                        "b" (float64, 4, sharded along dim 0), values
+//                        a[i][j] = i * 10 + j + 0.5, b[i] = -1.25 * i
+//   interop compare P Q TOL   every tensor of P is in Q with the same shape and
+//                        values within TOL (relative to max(1, |value|)), and
+//                        both hold the same names (checkpoints of two runs)
+//   interop read PATH    loads "x" (float32, 2 x 3 x 4) sharded along dim 2 and
+//                        "y" (float64, 5) replicated, and checks
+//                        x[i][j][k] = i * 100 + j * 10 + k + 0.25, y[i] = i * i / 8
+// Run under mpirun at any world size; exits 1 on a wrong value.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <shardex.hpp>
+#include <shardex/io/safetensors.hpp>
+
+using namespace shardex;
+
+namespace {
+std::vector<std::int64_t> even(std::int64_t total, int n) {
+  std::vector<std::int64_t> ls(static_cast<std::size_t>(n), total / n);
+  ls.back() += total % n;
+  return ls;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpi::Environment env(argc, argv);
+  const auto comm = mpi::Communicator::world();
+  if (argc < 3) {
+    std::cerr << "usage: interop write|read PATH\n";
+    return 2;
+  }
+  const std::string mode = argv[1], path = argv[2];
+  if (mode == "compare" && argc == 5) {
+    const std::string other = argv[3];
+    const double tol = std::stod(argv[4]);
+    const auto a = list_tensors(comm, path), b = list_tensors(comm, other);
+    bool ok = a.size() == b.size();
+    double worst = 0;
+    for (const auto& t : a) {
+      if (t.dtype != "F64") continue;
+      const auto x = load<double, Replicated>(comm, path, t.name);
+      const auto y = load<double, Replicated>(comm, other, t.name);
+      ok = ok && x.shape() == y.shape();
+      for (std::int64_t i = 0; ok && i < x.size(); ++i)
+        worst = std::max(worst, std::abs(x.data()[i] - y.data()[i]) / std::max(1.0, std::abs(y.data()[i])));
+    }
+    ok = ok && worst <= tol;
+    if (comm.rank() == 0) std::cout << a.size() << " tensors, max relative difference " << worst << " (tolerance " << tol << "): " << (ok ? "same" : "DIFFERENT") << "\n";
+    return ok ? 0 : 1;
+  }
+  const int n = comm.size();
+  if (mode == "write") {
+    auto a = Tensor<float, Sharded<1>>::from_function(comm, {3, 5}, [](std::span<const std::int64_t> i) { return float(i[0] * 10 + i[1]) + 0.5f; }, even(5, n));
+    auto b = Tensor<double, Sharded<0>>::from_function(comm, {4}, [](std::span<const std::int64_t> i) { return -1.25 * double(i[0]); }, even(4, n));
+    save(path, TensorList().add("a", a).add("b", b).metadata("written_by", "shardex"));
+    return 0;
+  }
+  const auto x = load<float, Sharded<2>>(comm, path, "x", even(4, n));
+  const auto y = load<double, Replicated>(comm, path, "y");
+  bool ok = x.shape() == Shape{2, 3, 4} && y.shape() == Shape{5};
+  const std::int64_t off = x.global_offset();
+  for (int i = 0; ok && i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (std::int64_t k = 0; k < x.local_shape()[2]; ++k)
+        ok = ok && x(i, j, k) == float(i * 100 + j * 10 + (k + off)) + 0.25f;
+  for (int i = 0; ok && i < 5; ++i) ok = ok && y(i) == double(i * i) / 8;
+  std::cout << "rank " << comm.rank() << ": " << (ok ? "the values Python wrote" : "WRONG values") << "\n";
+  return ok ? 0 : 1;
+}
