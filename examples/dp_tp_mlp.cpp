@@ -17,11 +17,14 @@
 // parameters are used through replicate<dp>, whose derived backward is the
 // all-reduce of their gradients over dp: the DDP all-reduce, written by nobody.
 // --explain 1 prints the plan of one training step, with the axis of every step.
+// --save PATH writes the parameters and the step count at the end (one
+// safetensors file); --resume PATH continues from one written on any mesh.
 //
 // It trains a student on a fixed random teacher with SGD and compares the
 // output and every gradient with the same model on a 1 x 1 mesh (one rank,
 // same initial weights, same data): non-zero exit beyond 1e-10 (double) or
 // 1e-4 (float), or if the loss did not go down.
+#include <shardex/io/safetensors.hpp>
 #include <shardex/mesh.hpp>
 
 #include "support/cli.hpp"
@@ -42,6 +45,16 @@ template <class T, class Dev, class Ls>
 MeshTensor<T, MeshOf<Dev>, Ls> normal(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const Shape& global,
                                       std::uint64_t seed, T stddev, typename Ls::mappings ms = {}) {
   const auto h = MeshTensor<T, MeshOf<Host>, Ls>::normal(host, global, seed, T(0), stddev, std::move(ms));
+  if constexpr (std::same_as<Dev, Host>) return h;
+  else return to_mesh(h, mesh);
+}
+
+/// A parameter of a checkpoint, loaded on the host mesh (in this run's
+/// layouts and lengths), then moved to the device's.
+template <class T, class Dev, class Ls>
+MeshTensor<T, MeshOf<Dev>, Ls> reload(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const std::string& path, const std::string& name,
+                                      typename Ls::mappings ms = {}) {
+  const auto h = load<T, Ls>(host, path, name, std::move(ms));
   if constexpr (std::same_as<Dev, Host>) return h;
   else return to_mesh(h, mesh);
 }
@@ -90,7 +103,17 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
   example::Run<T> run;
   const std::int64_t steps = f.integer("steps");
   const double lr = example::learning_rate(f, 1.6);
-  for (std::int64_t step = 0; step < steps; ++step) {
+  std::int64_t first = 0;
+  if (const std::string path = f.str("resume"); !path.empty()) {  // any mesh shape and lengths wrote it
+    model.A = reload<T, Dev, per_axis<Invariant, Sharded<1>>>(host, mesh, path, "A", {{}, ffn_lens});
+    model.a = reload<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, path, "a", {{}, ffn_lens});
+    model.B = reload<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, path, "B", {{}, ffn_lens});
+    model.b = reload<T, Dev, per_axis<Invariant, Invariant>>(host, mesh, path, "b");
+    model.trainable();
+    const auto meta = read_metadata(host.world(), path);
+    first = meta.contains("step") ? std::stoll(meta.at("step")) : 0;
+  }
+  for (std::int64_t step = first; step < first + steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto x = normal<T, Dev, per_axis<Sharded<0>, Invariant>>(host, mesh, {batch, hidden},
                                                                     seed + 1000 + std::uint64_t(step % f.integer("batches")), T(1),
@@ -104,20 +127,22 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
       loss = all_reduce<dp, Invariant>(sum(d * d) / double(2 * batch));
       backward(loss);
     });
-    if (report && step == 0 && f.integer("explain") != 0 && mesh.world().rank() == 0)
+    if (report && step == first && f.integer("explain") != 0 && mesh.world().rank() == 0)
       std::cout << "one training step on rank 0 of the " << mesh.str() << ":\n"
                 << plan.str() << "backward (derived):\n" << Plan{plan.backward, {}, {}}.str();
     run.losses.push_back(to_global(loss)[0]);
     example::check_finite_loss(run.losses.back(), step, lr);
-    if (step + 1 == steps)
+    if (step + 1 == first + steps)
       run.last = {{"output", gathered<T>(self, y)},
                   {"dA", gathered<T>(self, model.A.grad())},
                   {"da", gathered<T>(self, model.a.grad())},
                   {"dB", gathered<T>(self, model.B.grad())},
                   {"db", gathered<T>(self, model.b.grad())}};
     sgd_step(lr, model.A, model.a, model.B, model.b);
-    example::end_step(mesh.world(), run, step, t0, report);
+    example::end_step(mesh.world(), run, step - first, t0, report);
   }
+  if (const std::string path = f.str("save"); report && !path.empty())
+    save(path, TensorList().add("A", model.A).add("a", model.a).add("B", model.B).add("b", model.b).metadata("step", std::to_string(first + steps)));
   return run;
 }
 
@@ -177,7 +202,8 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
 int main(int argc, char** argv) {
   return example::main(argc, argv, "dp_tp_mlp: the Megatron MLP on a data x tensor-parallel mesh, uneven on both axes",
                        {{"batch", "24"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "auto"},
-                        {"seed", "1"}, {"dtype", "double"}, {"mesh", ""}, {"dp-speeds", ""}, {"tp-speeds", ""}, {"explain", "0"}},
+                        {"seed", "1"}, {"dtype", "double"}, {"mesh", ""}, {"dp-speeds", ""}, {"tp-speeds", ""}, {"explain", "0"},
+                        {"save", ""}, {"resume", ""}},
                        [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
                          return compare<decltype(t), decltype(dev)>(comm, f);
                        });

@@ -25,6 +25,7 @@
 
 #include <shardex.hpp>
 #include <shardex/io/safetensors.hpp>
+#include <shardex/mesh.hpp>
 
 #include "support/dist.hpp"
 
@@ -200,4 +201,29 @@ TEST_CASE("bad input throws on every rank, naming the file and the tensor; a fai
                     invalid_argument);
   CHECK_THROWS_WITH_AS(save(path, TensorList().add("x", make<double, Invariant>(world(), g, {}, 1)).add("x", make<double, Invariant>(world(), g, {}, 2))),
                        doctest::Contains("given twice"), invalid_argument);
+}
+
+TEST_CASE("mesh tensors: saved from a dp x tp mesh, loaded on another mesh shape and as plain tensors") {
+  using dp = axis<"dp">;
+  using tp = axis<"tp">;
+  using M = Mesh<dp, tp>;
+  const int n = world().size();
+  const int a = n % 2 == 0 ? 2 : 1;
+  const M mesh(world(), {a, n / a});
+  const Shape g{5, 6, 3};
+  auto rng = test::shared_rng(61);
+  const auto value = make<double, Invariant>(world(), g, {}, 9);
+  const auto x = MeshTensor<double, M, per_axis<Sharded<0>, Sharded<1>>>::from_global(
+      mesh, g, std::span<const double>(value.data(), static_cast<std::size_t>(value.size())),
+      {test::random_lengths(rng, a, 5), test::random_lengths(rng, n / a, 6)});
+  const auto w = MeshTensor<double, M, per_axis<Invariant, Sharded<2>>>::from_global(
+      mesh, g, std::span<const double>(value.data(), static_cast<std::size_t>(value.size())), {{}, test::random_lengths(rng, n / a, 3)});
+  const std::string path = path_of("mesh.safetensors");
+  save(path, TensorList().add("x", x).add("w", w));
+  // As plain tensors on the world, and on the transposed mesh (n/a x a) with other layouts.
+  CHECK(test::all_ranks(holds(load<double, Sharded<2>>(world(), path, "x", test::random_lengths(rng, n, 3)), 9)));
+  CHECK(test::all_ranks(holds(load<double, Replicated>(world(), path, "w"), 9)));
+  const M other(world(), {n / a, a});
+  const auto y = load<double, per_axis<Sharded<2>, Replicated>>(other, path, "x", {test::random_lengths(rng, n / a, 3), {}});
+  CHECK(test::all_ranks(to_global(y) == std::vector<double>(value.data(), value.data() + value.size())));
 }

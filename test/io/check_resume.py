@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Resume at another world size (issue #14).
 
-    check_resume.py MEGATRON_MLP INTEROP MPIRUN [MPIRUN_ARGS...]
+    check_resume.py MEGATRON_MLP DP_TP_MLP INTEROP MPIRUN [MPIRUN_ARGS...]
 
 Trains the Megatron MLP with Adam for 10 steps straight on 4 ranks (speeds
 1,2,3,4), and for 5 steps on 4 ranks, saving, then 5 more resumed on 3 ranks
 (speeds 2,0,1: other lengths, one of them zero); both save. The two files
-(parameters and both Adam moments) must agree within 1e-12.
+(parameters and both Adam moments) must agree within 1e-12. The same for
+dp_tp_mlp (SGD): 10 steps on a 2 x 2 mesh against 5 on 2 x 2, resumed for 5 on
+a 1 x 3 mesh.
 """
 import os
 import subprocess
@@ -23,7 +25,7 @@ def run(cmd):
 
 
 def main():
-    mlp, interop, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    mlp, mesh_mlp, interop, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
     with tempfile.TemporaryDirectory() as d:
         straight, half, resumed = (os.path.join(d, n + ".safetensors") for n in ("straight", "half", "resumed"))
         common = ["--optimizer", "adam", "--batches", "3"]
@@ -31,7 +33,13 @@ def main():
         run([mpirun] + args + ["-n", "4", mlp, "--steps", "5", "--speeds", "1,2,3,4", "--save", half] + common)
         run([mpirun] + args + ["-n", "3", mlp, "--steps", "5", "--speeds", "2,0,1", "--resume", half, "--save", resumed] + common)
         run([mpirun] + args + ["-n", "2", interop, "compare", straight, resumed, "1e-12"])
-    print("resume: 5 steps + resume at 3 ranks + 5 steps == 10 steps straight")
+        # The dp x tp mesh: 2 x 2, then resumed on a 1 x 3 mesh.
+        mesh = ["--batches", "3"]
+        run([mpirun] + args + ["-n", "4", mesh_mlp, "--steps", "10", "--mesh", "2x2", "--save", straight] + mesh)
+        run([mpirun] + args + ["-n", "4", mesh_mlp, "--steps", "5", "--mesh", "2x2", "--save", half] + mesh)
+        run([mpirun] + args + ["-n", "3", mesh_mlp, "--steps", "5", "--mesh", "1x3", "--resume", half, "--save", resumed] + mesh)
+        run([mpirun] + args + ["-n", "2", interop, "compare", straight, resumed, "1e-12"])
+    print("resume: 5 steps + resume at 3 ranks (or on a 1 x 3 mesh) + 5 steps == 10 steps straight")
 
 
 if __name__ == "__main__":

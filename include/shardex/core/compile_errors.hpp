@@ -128,6 +128,9 @@
   "shardex::save: a Partial tensor is a pending sum, not a value to store; all_reduce it (or " \
   "reduce_scatter it to keep it sharded) first. save refuses rather than reducing behind your back: the " \
   "reduction is a collective the caller chooses"
+#define SHARDEX_ERR_LOAD_MESH_HOST_ONLY \
+  "shardex::load of a mesh tensor: this version loads onto host meshes; load on the host mesh and " \
+  "to_mesh(x, device_mesh) it"
 #define SHARDEX_ERR_LOAD_PARTIAL \
   "shardex::load<T, Partial>: a file holds a value, not a pending sum; load it Replicated, Invariant or " \
   "Sharded"

@@ -6,7 +6,8 @@
 /// a piece strided in the file, sharded along an inner dim, is one subarray
 /// view); `load<T, Layout>(comm, path, name, lengths)` reads back any tensor
 /// into any layout, any lengths, any world size, each rank reading only its
-/// piece. `list_tensors` and `read_metadata` read the header.
+/// piece. `list_tensors` and `read_metadata` read the header. Mesh tensors
+/// (mesh/) are saved and loaded the same way, a box per rank.
 ///
 /// @code
 /// save("ckpt.safetensors", TensorList().add("A", A).add("b", b).metadata("step", "5"));
@@ -37,6 +38,7 @@
 #include "shardex/io/file.hpp"
 #include "shardex/io/safetensors_header.hpp"
 #include "shardex/layout/mapping.hpp"
+#include "shardex/mesh/mesh_tensor.hpp"
 #include "shardex/tensor/tensor.hpp"
 #include "shardex/tensor/transfer.hpp"
 
@@ -47,6 +49,41 @@ template <Scalar T>
 constexpr const char* safetensors_dtype() {
   return std::same_as<T, float> ? "F32" : "F64";
 }
+
+namespace detail {
+/// The box of the global array a mesh tensor's local part is: every dim a
+/// sharded axis cuts starts at this rank's offset on that axis.
+template <class X>
+io::FileBox mesh_box(const X& t) {
+  io::FileBox b;
+  b.elem_bytes = sizeof(typename X::value_type);
+  b.extents = {t.shape().extents().begin(), t.shape().extents().end()};
+  b.start.assign(b.extents.size(), 0);
+  b.count = b.extents;
+  for_each_axis<X::axis_count>([&](auto k) {
+    constexpr std::size_t i = decltype(k)::value;
+    using L = typename X::template layout_at<i>;
+    if constexpr (is_sharded_v<L>) {
+      const auto ls = t.template mapping<i>().lengths();
+      std::int64_t off = 0;
+      for (int r = 0; r < t.mesh().coord(i); ++r) off += ls[static_cast<std::size_t>(r)];
+      b.start[L::dim] = off;
+      b.count[L::dim] = ls[static_cast<std::size_t>(t.mesh().coord(i))];
+    }
+  });
+  return b;
+}
+/// Whether this rank writes its box: coordinate 0 on every whole (I, R) axis.
+template <class X>
+bool mesh_box_writes(const X& t) {
+  bool writes = true;
+  for_each_axis<X::axis_count>([&](auto k) {
+    constexpr std::size_t i = decltype(k)::value;
+    if constexpr (!is_sharded_v<typename X::template layout_at<i>>) writes = writes && t.mesh().coord(i) == 0;
+  });
+  return writes;
+}
+}  // namespace detail
 
 /// The tensors of one save, by name, with the file's metadata.
 class TensorList {
@@ -82,6 +119,31 @@ public:
     items_.push_back(std::move(item));
     return *this;
   }
+  /// Adds the mesh tensor `t` under `name`: each rank writes its box (the
+  /// dims its sharded axes cut), once per group of the whole axes (the ranks
+  /// at coordinate 0 of every Invariant or Replicated axis write).
+  template <Scalar T, MeshType M, PerAxisLayouts Ls>
+  TensorList& add(std::string name, const MeshTensor<T, M, Ls>& t) {
+    static_assert(!partial_on_an_axis<Ls>, SHARDEX_ERR_SAVE_PARTIAL);
+    t.require_valid("shardex::TensorList::add");
+    Item item;
+    item.entry.name = std::move(name);
+    item.entry.dtype = safetensors_dtype<T>();
+    item.entry.shape = {t.shape().extents().begin(), t.shape().extents().end()};
+    item.box = detail::mesh_box(t);
+    if (!detail::mesh_box_writes(t)) item.box.count.assign(item.box.count.size(), 0);
+    if (item.entry.shape.empty()) item.box.count = {detail::mesh_box_writes(t) ? 1 : 0}, item.box.extents = {1}, item.box.start = {0};
+    const auto host = [&] {
+      if constexpr (std::same_as<typename M::device_type, Host>) return t.inner().detach();
+      else return to<Host>(t.inner().detach());
+    }();
+    item.data = host.data();
+    item.keep = std::shared_ptr<const void>(std::make_shared<std::remove_const_t<decltype(host)>>(host), host.data());
+    item.comm = t.mesh().world();
+    items_.push_back(std::move(item));
+    return *this;
+  }
+
   /// A string stored in the header's "__metadata__".
   TensorList& metadata(std::string key, std::string value) {
     metadata_[std::move(key)] = std::move(value);
@@ -226,6 +288,28 @@ void load_into(Tensor<T, L, Dev>& t, const std::string& path, const std::string&
                 shape.str() + " but the tensor to fill is " + t.describe());
   const auto loaded = load<T, L, Dev>(t.comm(), path, name, t.mapping());
   copy_elements<Dev>(loaded.data(), t.data(), t.size());
+}
+
+/// Collective over the mesh: tensor `name` of `path` as a mesh tensor with
+/// layouts Ls and the lengths `ms` of its sharded axes; every rank reads its
+/// box only (on a device mesh: to the host, then uploaded).
+template <Scalar T, PerAxisLayouts Ls, MeshType M>
+MeshTensor<T, M, Ls> load(const M& mesh, const std::string& path, const std::string& name, typename Ls::mappings ms = {}) {
+  static_assert(!partial_on_an_axis<Ls>, SHARDEX_ERR_LOAD_PARTIAL);
+  const io::SafetensorsHeader h = detail::read_header(mesh.world(), path);
+  const io::TensorEntry* e = h.find(name);
+  const std::string what = "shardex::load(\"" + path + "\", \"" + name + "\") on world rank " + std::to_string(mesh.world().rank());
+  if (!e) throw error(what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")");
+  if (e->dtype != safetensors_dtype<T>())
+    throw error(what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() + ") was asked for");
+  static_assert(std::same_as<typename M::device_type, Host>, SHARDEX_ERR_LOAD_MESH_HOST_ONLY);
+  auto t = MeshTensor<T, M, Ls>::zeros(mesh, Shape(e->shape), std::move(ms));  // lengths agreed over the mesh
+  io::FileBox b = detail::mesh_box(t);
+  b.offset = h.data_begin + e->begin;
+  if (b.extents.empty()) b.extents = b.count = {1}, b.start = {0};
+  void* data = t.data();
+  io::read_boxes(mesh.world(), path, std::span<const io::FileBox>(&b, 1), std::span<void* const>(&data, 1));
+  return t;
 }
 
 }  // namespace shardex

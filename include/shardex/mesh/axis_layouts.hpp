@@ -117,6 +117,11 @@ inline constexpr bool each_dim_sharded_once = hana::unpack(Ls::types, [](auto...
            axes_sharding_dim<Ls, detail::dim_of<typename decltype(t)::type>()> == 1) && ...);
 });
 
+/// Some axis' layout is Partial.
+template <PerAxisLayouts Ls>
+inline constexpr bool partial_on_an_axis =
+    hana::unpack(Ls::types, [](auto... t) { return (std::same_as<typename decltype(t)::type, Partial> || ...); });
+
 /// The axis (index) that shards dim D, or -1.
 template <PerAxisLayouts Ls, int D>
 constexpr int axis_sharding_dim() {
