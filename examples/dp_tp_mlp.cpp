@@ -104,6 +104,8 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
   const std::int64_t steps = f.integer("steps");
   const double lr = example::learning_rate(f, 1.6);
   std::int64_t first = 0;
+  if (!f.str("resume").empty() && f.str("resume") == f.str("save"))
+    throw example::usage_error("--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
   if (const std::string path = f.str("resume"); !path.empty()) {  // any mesh shape and lengths wrote it
     model.A = reload<T, Dev, per_axis<Invariant, Sharded<1>>>(host, mesh, path, "A", {{}, ffn_lens});
     model.a = reload<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, path, "a", {{}, ffn_lens});

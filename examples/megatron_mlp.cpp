@@ -107,6 +107,10 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
   } else if (use_adam) {
     throw example::usage_error("--optimizer adam runs on the host only (--backend mpi)");
   }
+  if (!f.str("resume").empty() && f.str("resume") == f.str("save"))
+    throw example::usage_error("--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
+  if (!std::same_as<Dev, Host> && !(f.str("resume").empty() && f.str("save").empty()))
+    throw example::usage_error("--save and --resume run on the host only (--backend mpi)");
   Opt* opt = adam ? &*adam : nullptr;
   std::int64_t first = 0;
   if constexpr (std::same_as<Dev, Host>)

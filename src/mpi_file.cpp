@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cstdio>
 #include <string>
@@ -12,6 +13,9 @@
 #include "shardex/core/error.hpp"
 
 namespace shardex::io {
+
+// The data is written as the machine holds it ("native"): safetensors is little-endian.
+static_assert(std::endian::native == std::endian::little, "shardex: checkpoints assume a little-endian machine");
 
 namespace {
 
@@ -101,6 +105,23 @@ std::string where(const mpi::Communicator& comm) {
 
 }  // namespace
 
+void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature, const std::string& call) {
+  std::int64_t v[3] = {local_error.empty() ? comm.size() : comm.rank(), signature, -signature};
+  comm.all_reduce_min(v, 3);
+  if (v[0] < comm.size()) {
+    const int bad = static_cast<int>(v[0]);
+    std::string msg = local_error;
+    std::int64_t len = static_cast<std::int64_t>(msg.size());
+    comm.broadcast(&len, 1, bad);
+    msg.resize(static_cast<std::size_t>(len));
+    comm.broadcast(msg.data(), len, bad);
+    if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
+    throw invalid_argument(msg);
+  }
+  if (v[1] != -v[2])
+    throw invalid_argument(call + ": the ranks are not making the same call (the tensors, names, shapes or file differ across ranks)");
+}
+
 void write_boxes(const mpi::Communicator& comm, const std::string& path, std::string_view prefix, std::int64_t total_bytes,
                  std::span<const FileBox> boxes, std::span<const void* const> data) {
   const std::string tmp = path + ".shardex-partial";
@@ -123,6 +144,8 @@ void write_boxes(const mpi::Communicator& comm, const std::string& path, std::st
     return MPI_File_write_all(f, data[k], count, t, st);
   });
   if (err.empty() && !moved.empty()) err = "writing the data: " + moved;
+  rc = MPI_File_sync(fh);  // on the storage before the file takes its name
+  if (rc != MPI_SUCCESS && err.empty()) err = "MPI_File_sync: " + mpi_error_text(rc);
   rc = MPI_File_close(&fh);
   if (rc != MPI_SUCCESS && err.empty()) err = "closing: " + mpi_error_text(rc);
   const std::string problem = err.empty() ? "" : what + ": " + err;
@@ -174,7 +197,10 @@ void read_boxes(const mpi::Communicator& comm, const std::string& path, std::spa
   int rc = MPI_File_open(comm.native(), path.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
   agreed(comm, rc == MPI_SUCCESS ? "" : "shardex::load" + where(comm) + ": cannot open \"" + path + "\": " + mpi_error_text(rc));
   std::string err = transfer_boxes(fh, boxes, [&](MPI_File f, std::size_t k, int count, MPI_Datatype t, MPI_Status* st) {
-    return MPI_File_read_all(f, data[k], count, t, st);
+    const int rc2 = MPI_File_read_all(f, data[k], count, t, st);
+    int got = 0;
+    if (rc2 == MPI_SUCCESS && MPI_Get_count(st, t, &got) == MPI_SUCCESS && got != count) return MPI_ERR_TRUNCATE;  // a file shorter than its header says
+    return rc2;
   });
   rc = MPI_File_close(&fh);
   if (rc != MPI_SUCCESS && err.empty()) err = "closing: " + mpi_error_text(rc);

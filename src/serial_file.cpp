@@ -40,6 +40,10 @@ void for_each_run(const FileBox& b, F&& f) {
 
 }  // namespace
 
+void agree_always(const mpi::Communicator&, const std::string& local_error, std::int64_t, const std::string&) {
+  if (!local_error.empty()) throw invalid_argument(local_error);
+}
+
 void write_boxes(const mpi::Communicator&, const std::string& path, std::string_view prefix, std::int64_t total_bytes,
                  std::span<const FileBox> boxes, std::span<const void* const> data) {
   const std::string tmp = path + ".shardex-partial";

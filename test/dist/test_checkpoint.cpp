@@ -227,3 +227,23 @@ TEST_CASE("mesh tensors: saved from a dp x tp mesh, loaded on another mesh shape
   const auto y = load<double, per_axis<Sharded<2>, Replicated>>(other, path, "x", {test::random_lengths(rng, n / a, 3), {}});
   CHECK(test::all_ranks(to_global(y) == std::vector<double>(value.data(), value.data() + value.size())));
 }
+
+TEST_CASE("load_into: a missing name, a 0-d tensor into a 1-d one; ranks asking for different tensors") {
+  const std::string path = path_of("into.safetensors");
+  save(path, TensorList().add("s", make<double, Invariant>(world(), Shape{}, {}, 1)).add("v", make<double, Invariant>(world(), Shape{4}, {}, 2)));
+  auto t = make<double, Replicated>(world(), Shape{4}, {}, 0);
+  CHECK_THROWS_WITH_AS(load_into(t, path, "s"), doctest::Contains("has shape () but the tensor to fill"), error);
+  CHECK_THROWS_WITH_AS(load_into(t, path, "nope"), doctest::Contains("has no tensor \"nope\""), invalid_argument);
+  load_into(t, path, "v");
+  CHECK(test::all_ranks(holds(t, 2)));
+  if (world().size() > 1)
+    CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), path, world().rank() == 0 ? "v" : "s")),
+                         doctest::Contains("not making the same call"), invalid_argument);
+  // Under the local check level the file operations still agree: no hang, every rank throws.
+  const CheckLevel before = check_level();
+  set_check_level(CheckLevel::local);
+  if (world().size() > 1)
+    CHECK_THROWS_AS(save(path_of("local.safetensors"), TensorList().add(world().rank() == 0 ? "x" : "y", make<double, Invariant>(world(), Shape{2}, {}, 1))),
+                    invalid_argument);
+  set_check_level(before);
+}

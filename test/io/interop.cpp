@@ -4,7 +4,7 @@
 //                        a[i][j] = i * 10 + j + 0.5, b[i] = -1.25 * i
 //   interop compare P Q TOL   every tensor of P is in Q with the same shape and
 //                        values within TOL (relative to max(1, |value|)), and
-//                        both hold the same names (checkpoints of two runs)
+//                        both hold the same names, dtypes and metadata (checkpoints of two runs)
 //   interop read PATH    loads "x" (float32, 2 x 3 x 4) sharded along dim 2 and
 //                        "y" (float64, 5) replicated, and checks
 //                        x[i][j][k] = i * 100 + j * 10 + k + 0.25, y[i] = i * i / 8
@@ -42,15 +42,20 @@ int main(int argc, char** argv) {
     const std::string other = argv[3];
     const double tol = std::stod(argv[4]);
     const auto a = list_tensors(comm, path), b = list_tensors(comm, other);
-    bool ok = a.size() == b.size();
+    bool ok = a.size() == b.size() && read_metadata(comm, path) == read_metadata(comm, other);
     double worst = 0;
-    for (const auto& t : a) {
-      if (t.dtype != "F64") continue;
-      const auto x = load<double, Replicated>(comm, path, t.name);
-      const auto y = load<double, Replicated>(comm, other, t.name);
+    const auto diff = [&](const auto& x, const auto& y) {
       ok = ok && x.shape() == y.shape();
       for (std::int64_t i = 0; ok && i < x.size(); ++i)
-        worst = std::max(worst, std::abs(x.data()[i] - y.data()[i]) / std::max(1.0, std::abs(y.data()[i])));
+        worst = std::max(worst, std::abs(double(x.data()[i]) - double(y.data()[i])) / std::max(1.0, std::abs(double(y.data()[i]))));
+    };
+    for (const auto& t : a) {
+      bool found = false;
+      for (const auto& u : b) found = found || (u.name == t.name && u.dtype == t.dtype);
+      ok = ok && found && (t.dtype == "F64" || t.dtype == "F32");
+      if (!ok) break;
+      if (t.dtype == "F64") diff(load<double, Replicated>(comm, path, t.name), load<double, Replicated>(comm, other, t.name));
+      else diff(load<float, Replicated>(comm, path, t.name), load<float, Replicated>(comm, other, t.name));
     }
     ok = ok && worst <= tol;
     if (comm.rank() == 0) std::cout << a.size() << " tensors, max relative difference " << worst << " (tolerance " << tol << "): " << (ok ? "same" : "DIFFERENT") << "\n";

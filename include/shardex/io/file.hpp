@@ -37,6 +37,12 @@ struct FileBox {
   }
 };
 
+/// Collective over `comm`, whatever the check level (file operations must
+/// never leave a rank waiting): throws `invalid_argument` on every rank if
+/// any rank's `local_error` is non-empty (that rank's text) or if the ranks'
+/// `signature`s differ (each rank's `call` text, naming the ranks by call).
+void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature, const std::string& call);
+
 /// Collective over `comm`: writes `path` whole, atomically. The file is
 /// written under a temporary name next to `path` (rank 0 writes `prefix` at
 /// byte 0; every rank writes `data[k]`, the box `boxes[k]` as a contiguous

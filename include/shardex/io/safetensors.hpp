@@ -28,6 +28,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <typeinfo>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,6 +94,26 @@ public:
   template <Scalar T, LayoutTag L, class Dev>
   TensorList& add(std::string name, const Tensor<T, L, Dev>& t) {
     static_assert(!std::same_as<L, Partial>, SHARDEX_ERR_SAVE_PARTIAL);
+    return recording([&] { add_tensor(std::move(name), t); });
+  }
+  /// Adds the mesh tensor `t` under `name`: each rank writes its box (the
+  /// dims its sharded axes cut), once per group of the whole axes (the ranks
+  /// at coordinate 0 of every Invariant or Replicated axis write).
+  template <Scalar T, MeshType M, PerAxisLayouts Ls>
+  TensorList& add(std::string name, const MeshTensor<T, M, Ls>& t) {
+    static_assert(!partial_on_an_axis<Ls>, SHARDEX_ERR_SAVE_PARTIAL);
+    return recording([&] { add_mesh_tensor(std::move(name), t); });
+  }
+
+  /// A string stored in the header's "__metadata__".
+  TensorList& metadata(std::string key, std::string value) {
+    metadata_[std::move(key)] = std::move(value);
+    return *this;
+  }
+
+private:
+  template <Scalar T, LayoutTag L, class Dev>
+  void add_tensor(std::string name, const Tensor<T, L, Dev>& t) {
     t.require_valid("shardex::TensorList::add");
     Item item;
     item.entry.name = std::move(name);
@@ -117,14 +139,9 @@ public:
     item.keep = std::shared_ptr<const void>(std::make_shared<Tensor<T, L, Host>>(host), host.data());
     item.comm = detail::control_of(t.comm());
     items_.push_back(std::move(item));
-    return *this;
   }
-  /// Adds the mesh tensor `t` under `name`: each rank writes its box (the
-  /// dims its sharded axes cut), once per group of the whole axes (the ranks
-  /// at coordinate 0 of every Invariant or Replicated axis write).
   template <Scalar T, MeshType M, PerAxisLayouts Ls>
-  TensorList& add(std::string name, const MeshTensor<T, M, Ls>& t) {
-    static_assert(!partial_on_an_axis<Ls>, SHARDEX_ERR_SAVE_PARTIAL);
+  void add_mesh_tensor(std::string name, const MeshTensor<T, M, Ls>& t) {
     t.require_valid("shardex::TensorList::add");
     Item item;
     item.entry.name = std::move(name);
@@ -141,14 +158,8 @@ public:
     item.keep = std::shared_ptr<const void>(std::make_shared<std::remove_const_t<decltype(host)>>(host), host.data());
     item.comm = t.mesh().world();
     items_.push_back(std::move(item));
-    return *this;
   }
 
-  /// A string stored in the header's "__metadata__".
-  TensorList& metadata(std::string key, std::string value) {
-    metadata_[std::move(key)] = std::move(value);
-    return *this;
-  }
 
 private:
   struct Item {
@@ -158,8 +169,20 @@ private:
     std::shared_ptr<const void> keep;  ///< keeps the host copy alive
     mpi::Communicator comm;
   };
+  /// Runs `f` (an add); a failure is kept for save's agreement, so that a
+  /// tensor bad on one rank throws on every rank there, not here alone.
+  template <class F>
+  TensorList& recording(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      if (error_.empty()) error_ = e.what();
+    }
+    return *this;
+  }
   std::vector<Item> items_;
   std::map<std::string, std::string> metadata_;
+  std::string error_;
   friend void save(const std::string& path, TensorList list);
 };
 
@@ -184,8 +207,9 @@ inline void save(const std::string& path, TensorList list) {
   }
   for (const auto& [k, v] : list.metadata_) sig.add(k).add(v);
   // Every rank must be saving the same tensors: a different list would interleave two files.
-  detail::agree(comm, err.empty() ? err : "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + ": " + err, sig,
-                [&] { return "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + " (" + std::to_string(list.items_.size()) + " tensors)"; });
+  if (err.empty() && !list.error_.empty()) err = list.error_;
+  io::agree_always(comm, err.empty() ? err : "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + ": " + err, sig.value(),
+                   "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + " (" + std::to_string(list.items_.size()) + " tensors)");
   std::vector<io::TensorEntry> entries;
   for (const auto& it : list.items_) entries.push_back(it.entry);
   const std::string header = io::make_header(entries, list.metadata_);
@@ -224,10 +248,35 @@ inline io::SafetensorsHeader read_header(const mpi::Communicator& comm, const st
 }
 }  // namespace detail
 
+namespace detail {
+/// Every rank asks for the same tensor, of the file's dtype, and the file
+/// has it: checked on every rank together, whatever the check level (a rank
+/// asking for another name would read another tensor, a rank failing alone
+/// would leave the others waiting).
+template <class T, class Layout>
+void check_request(const mpi::Communicator& comm, const io::SafetensorsHeader& h, const std::string& path, const std::string& name,
+                   const std::string& what) {
+  const io::TensorEntry* e = h.find(name);
+  std::string err;
+  if (!e) err = what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")";
+  else if (e->dtype != safetensors_dtype<T>())
+    err = what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() + ") was asked for";
+  else if (e->shape.size() > 6)
+    err = what + ": the tensor has " + std::to_string(e->shape.size()) + " dims; shardex's tensors have at most 6";
+  Signature sig;
+  sig.add("shardex::load").add(path).add(name).add(dtype_name<T>()).add(typeid(Layout).name());
+  io::agree_always(comm, err, sig.value(), what);
+}
+}  // namespace detail
+
 /// The tensors of a safetensors file, in the order of their data. Collective.
 inline std::vector<TensorInfo> list_tensors(const mpi::Communicator& comm, const std::string& path) {
   std::vector<TensorInfo> out;
-  for (const auto& t : detail::read_header(comm, path).tensors) out.push_back({t.name, t.dtype, Shape(t.shape)});
+  for (const auto& t : detail::read_header(comm, path).tensors) {
+    if (t.shape.size() > 6)
+      throw error("shardex::list_tensors(\"" + path + "\"): tensor \"" + t.name + "\" has " + std::to_string(t.shape.size()) + " dims; shardex's shapes have at most 6");
+    out.push_back({t.name, t.dtype, Shape(t.shape)});
+  }
   return out;
 }
 
@@ -249,10 +298,7 @@ Tensor<T, L, Dev> load(const typename Dev::communicator& comm, const std::string
   const io::TensorEntry* e = h.find(name);
   const std::string what = "shardex::load(\"" + path + "\", \"" + name + "\") on rank " + std::to_string(control.rank()) + " of " +
                            std::to_string(control.size());
-  if (!e) throw error(what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")");
-  if (e->dtype != safetensors_dtype<T>())
-    throw error(what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() +
-                ") was asked for");
+  detail::check_request<T, L>(control, h, path, name, what);
   const Shape global(e->shape);
   // A bad lengths list throws on every rank here (the factory agrees on it).
   auto t = Tensor<T, L, Host>::zeros(control, global, std::move(m));
@@ -278,14 +324,18 @@ Tensor<T, L, Dev> load(const typename Dev::communicator& comm, const std::string
 template <Scalar T, LayoutTag L, class Dev>
 void load_into(Tensor<T, L, Dev>& t, const std::string& path, const std::string& name) {
   t.require_valid("shardex::load_into");
-  const auto shape = [&] {
-    for (const auto& i : list_tensors(detail::control_of(t.comm()), path))
-      if (i.name == name) return i.shape;
-    return Shape{};
+  const auto shape = [&]() -> std::optional<Shape> {
+    for (const auto& e : detail::read_header(detail::control_of(t.comm()), path).tensors)
+      if (e.name == name) return e.shape.size() <= 6 ? std::optional<Shape>(Shape(e.shape)) : std::nullopt;
+    return std::nullopt;
   }();
-  if (shape != t.shape() && shape.rank() != 0)
+  if (!shape) {
+    (void)load<T, L, Dev>(t.comm(), path, name, t.mapping());  // throws on every rank, saying why
+    return;
+  }
+  if (*shape != t.shape())
     throw error("shardex::load_into(\"" + path + "\", \"" + name + "\") on rank " + std::to_string(t.rank()) + ": the file's tensor has shape " +
-                shape.str() + " but the tensor to fill is " + t.describe());
+                shape->str() + " but the tensor to fill is " + t.describe());
   const auto loaded = load<T, L, Dev>(t.comm(), path, name, t.mapping());
   copy_elements<Dev>(loaded.data(), t.data(), t.size());
 }
@@ -299,9 +349,7 @@ MeshTensor<T, M, Ls> load(const M& mesh, const std::string& path, const std::str
   const io::SafetensorsHeader h = detail::read_header(mesh.world(), path);
   const io::TensorEntry* e = h.find(name);
   const std::string what = "shardex::load(\"" + path + "\", \"" + name + "\") on world rank " + std::to_string(mesh.world().rank());
-  if (!e) throw error(what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")");
-  if (e->dtype != safetensors_dtype<T>())
-    throw error(what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() + ") was asked for");
+  detail::check_request<T, Ls>(mesh.world(), h, path, name, what);
   static_assert(std::same_as<typename M::device_type, Host>, SHARDEX_ERR_LOAD_MESH_HOST_ONLY);
   auto t = MeshTensor<T, M, Ls>::zeros(mesh, Shape(e->shape), std::move(ms));  // lengths agreed over the mesh
   io::FileBox b = detail::mesh_box(t);
