@@ -26,20 +26,29 @@ std::string mpi_error_text(int rc) {
   return std::string(text, static_cast<std::size_t>(len));
 }
 
-/// Every rank throws `error` if any rank's `err` is non-empty, with the
-/// first bad rank's text. Always communicates (whatever the check level):
-/// a file error on one rank must never leave the others waiting.
-void agreed(const mpi::Communicator& comm, const std::string& err) {
-  std::int64_t bad = err.empty() ? comm.size() : comm.rank();
-  comm.all_reduce_min(&bad, 1);
-  if (bad == comm.size()) return;
+/// Collective, whatever the check level: the first bad rank's `err` on every
+/// rank (empty if no rank has one), and whether the ranks' `signature`s
+/// differ. One all-reduce, plus two broadcasts on the error path.
+std::string first_error(const mpi::Communicator& comm, const std::string& err, std::int64_t signature, bool& signatures_differ) {
+  std::int64_t v[3] = {err.empty() ? comm.size() : comm.rank(), signature, -signature};
+  comm.all_reduce_min(v, 3);
+  signatures_differ = v[1] != -v[2];
+  if (v[0] == comm.size()) return {};
+  const int bad = static_cast<int>(v[0]);
   std::string msg = err;
   std::int64_t len = static_cast<std::int64_t>(msg.size());
-  comm.broadcast(&len, 1, static_cast<int>(bad));
+  comm.broadcast(&len, 1, bad);
   msg.resize(static_cast<std::size_t>(len));
-  comm.broadcast(msg.data(), len, static_cast<int>(bad));
+  comm.broadcast(msg.data(), len, bad);
   if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
-  throw error(msg);
+  return msg;
+}
+
+/// Every rank throws `error` if any rank's `err` is non-empty: a file error
+/// on one rank must never leave the others waiting.
+void agreed(const mpi::Communicator& comm, const std::string& err) {
+  bool differ = false;
+  if (std::string msg = first_error(comm, err, 0, differ); !msg.empty()) throw error(msg);
 }
 
 /// The file view of one box: the box as a subarray of the array, in
@@ -106,19 +115,9 @@ std::string where(const mpi::Communicator& comm) {
 }  // namespace
 
 void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature, const std::string& call) {
-  std::int64_t v[3] = {local_error.empty() ? comm.size() : comm.rank(), signature, -signature};
-  comm.all_reduce_min(v, 3);
-  if (v[0] < comm.size()) {
-    const int bad = static_cast<int>(v[0]);
-    std::string msg = local_error;
-    std::int64_t len = static_cast<std::int64_t>(msg.size());
-    comm.broadcast(&len, 1, bad);
-    msg.resize(static_cast<std::size_t>(len));
-    comm.broadcast(msg.data(), len, bad);
-    if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
-    throw invalid_argument(msg);
-  }
-  if (v[1] != -v[2])
+  bool differ = false;
+  if (std::string msg = first_error(comm, local_error, signature, differ); !msg.empty()) throw invalid_argument(msg);
+  if (differ)
     throw invalid_argument(call + ": the ranks are not making the same call (the tensors, names, shapes or file differ across ranks)");
 }
 

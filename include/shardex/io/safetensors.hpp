@@ -115,51 +115,44 @@ private:
   template <Scalar T, LayoutTag L, class Dev>
   void add_tensor(std::string name, const Tensor<T, L, Dev>& t) {
     t.require_valid("shardex::TensorList::add");
-    Item item;
-    item.entry.name = std::move(name);
-    item.entry.dtype = safetensors_dtype<T>();
-    item.entry.shape = {t.shape().extents().begin(), t.shape().extents().end()};
-    item.box.elem_bytes = sizeof(T);
-    item.box.extents = item.entry.shape;
-    item.box.start.assign(item.entry.shape.size(), 0);
-    item.box.count = item.entry.shape;
+    io::FileBox box;
+    box.extents = {t.shape().extents().begin(), t.shape().extents().end()};
+    box.start.assign(box.extents.size(), 0);
+    box.count = box.extents;
     if constexpr (is_sharded_v<L>) {
-      item.box.start[L::dim] = t.global_offset();
-      item.box.count[L::dim] = t.local_shape()[L::dim];
-    } else if (t.rank() != 0) {
-      item.box.count.assign(item.entry.shape.size(), 0);  // a whole tensor is written once, by rank 0
-      if (item.entry.shape.empty()) item.box.count = {0}, item.box.extents = {1}, item.box.start = {0};
+      box.start[L::dim] = t.global_offset();
+      box.count[L::dim] = t.local_shape()[L::dim];
     }
-    // The tensor itself on the host (a handle, no copy); a host copy of a device tensor.
-    const Tensor<T, L, Host> host = [&] {
-      if constexpr (std::same_as<Dev, Host>) return t.detach();
-      else return to<Host>(t.detach());
-    }();
-    item.data = host.data();
-    item.keep = std::shared_ptr<const void>(std::make_shared<Tensor<T, L, Host>>(host), host.data());
-    item.comm = detail::control_of(t.comm());
-    items_.push_back(std::move(item));
+    // A whole tensor is written once, by rank 0.
+    push(std::move(name), std::move(box), is_sharded_v<L> || t.rank() == 0, t, detail::control_of(t.comm()));
   }
   template <Scalar T, MeshType M, PerAxisLayouts Ls>
   void add_mesh_tensor(std::string name, const MeshTensor<T, M, Ls>& t) {
     t.require_valid("shardex::TensorList::add");
+    push(std::move(name), detail::mesh_box(t), detail::mesh_box_writes(t), t.inner(), t.mesh().world());
+  }
+  /// The item of a tensor whose local part `local` is `box` of the global
+  /// array (written by this rank if `writes`), kept on the host.
+  template <Scalar T, LayoutTag L, class Dev>
+  void push(std::string name, io::FileBox box, bool writes, const Tensor<T, L, Dev>& local, mpi::Communicator comm) {
     Item item;
     item.entry.name = std::move(name);
     item.entry.dtype = safetensors_dtype<T>();
-    item.entry.shape = {t.shape().extents().begin(), t.shape().extents().end()};
-    item.box = detail::mesh_box(t);
-    if (!detail::mesh_box_writes(t)) item.box.count.assign(item.box.count.size(), 0);
-    if (item.entry.shape.empty()) item.box.count = {detail::mesh_box_writes(t) ? 1 : 0}, item.box.extents = {1}, item.box.start = {0};
-    const auto host = [&] {
-      if constexpr (std::same_as<typename M::device_type, Host>) return t.inner().detach();
-      else return to<Host>(t.inner().detach());
+    item.entry.shape = box.extents;
+    box.elem_bytes = sizeof(T);
+    if (!writes) box.count.assign(box.count.size(), 0);
+    if (box.extents.empty()) box.extents = {1}, box.start = {0}, box.count = {writes ? 1 : 0};  // a 0-d tensor: one element
+    item.box = std::move(box);
+    // The tensor itself on the host (a handle, no copy); a host copy of a device tensor.
+    const Tensor<T, L, Host> host = [&] {
+      if constexpr (std::same_as<Dev, Host>) return local.detach();
+      else return to<Host>(local.detach());
     }();
     item.data = host.data();
-    item.keep = std::shared_ptr<const void>(std::make_shared<std::remove_const_t<decltype(host)>>(host), host.data());
-    item.comm = t.mesh().world();
+    item.keep = std::shared_ptr<const void>(std::make_shared<Tensor<T, L, Host>>(host), host.data());
+    item.comm = std::move(comm);
     items_.push_back(std::move(item));
   }
-
 
 private:
   struct Item {
@@ -219,11 +212,6 @@ inline void save(const std::string& path, TensorList list) {
   for (std::size_t k = 0; k < list.items_.size(); ++k) {
     io::FileBox b = list.items_[k].box;
     b.offset = static_cast<std::int64_t>(header.size()) + entries[k].begin;
-    if (b.extents.empty()) {  // a 0-d tensor: one element, written by rank 0
-      b.extents = {1};
-      b.start = {0};
-      b.count = {comm.rank() == 0 ? 1 : 0};
-    }
     total = std::max(total, static_cast<std::int64_t>(header.size()) + entries[k].end);
     boxes.push_back(std::move(b));
     data.push_back(list.items_[k].data);
