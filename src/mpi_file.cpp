@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "shardex/core/agree.hpp"
 #include "shardex/core/error.hpp"
 
 namespace shardex::io {
@@ -26,29 +27,11 @@ std::string mpi_error_text(int rc) {
   return std::string(text, static_cast<std::size_t>(len));
 }
 
-/// Collective, whatever the check level: the first bad rank's `err` on every
-/// rank (empty if no rank has one), and whether the ranks' `signature`s
-/// differ. One all-reduce, plus two broadcasts on the error path.
-std::string first_error(const mpi::Communicator& comm, const std::string& err, std::int64_t signature, bool& signatures_differ) {
-  std::int64_t v[3] = {err.empty() ? comm.size() : comm.rank(), signature, -signature};
-  comm.all_reduce_min(v, 3);
-  signatures_differ = v[1] != -v[2];
-  if (v[0] == comm.size()) return {};
-  const int bad = static_cast<int>(v[0]);
-  std::string msg = err;
-  std::int64_t len = static_cast<std::int64_t>(msg.size());
-  comm.broadcast(&len, 1, bad);
-  msg.resize(static_cast<std::size_t>(len));
-  comm.broadcast(msg.data(), len, bad);
-  if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
-  return msg;
-}
-
 /// Every rank throws `error` if any rank's `err` is non-empty: a file error
 /// on one rank must never leave the others waiting.
 void agreed(const mpi::Communicator& comm, const std::string& err) {
   bool differ = false;
-  if (std::string msg = first_error(comm, err, 0, differ); !msg.empty()) throw error(msg);
+  if (std::string msg = detail::first_error(comm, err, 0, differ); !msg.empty()) throw error(msg);
 }
 
 /// The file view of one box: the box as a subarray of the array, in
@@ -116,7 +99,7 @@ std::string where(const mpi::Communicator& comm) {
 
 void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature, const std::string& call) {
   bool differ = false;
-  if (std::string msg = first_error(comm, local_error, signature, differ); !msg.empty()) throw invalid_argument(msg);
+  if (std::string msg = detail::first_error(comm, local_error, signature, differ); !msg.empty()) throw invalid_argument(msg);
   if (differ)
     throw invalid_argument(call + ": the ranks are not making the same call (the tensors, names, shapes or file differ across ranks)");
 }

@@ -8,17 +8,23 @@
 // - the file is byte-identical whether the world or one rank wrote it, in
 //   whatever layout;
 // - the header: names, dtypes, shapes, metadata;
+// - tensors stored as BF16, F16, F32 or F64 (StoredAs): the nearest stored
+//   value of every element, loaded exactly into every type that holds it
+//   (the float dtype conversions themselves: unit/test_stored_dtype.cpp),
+//   narrowing refused on load, the same bytes from any world;
 // - bad input throws on every rank, naming the file and the tensor: a
 //   missing name, a dtype that does not match, lengths that do not fit, a
 //   truncated file, a header that is not JSON, offsets that lie, a path that
 //   cannot be written; a failed save leaves the earlier file intact.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -84,6 +90,40 @@ bool load_and_check(const mpi::Communicator& comm, const std::string& path, cons
   if constexpr (is_sharded_v<L>) ls = test::random_lengths(rng, comm.size(), g[L::dim]);
   const auto t = load<T, L>(comm, path, name, lengths_of<L>(ls));
   return t.shape() == g && holds(t, salt);
+}
+
+/// What a value stored as `dtype` reads back as (io/stored_dtype.hpp's rounding).
+double stored_value(const std::string& dtype, double v) {
+  if (dtype == "BF16") return io::bf16_value(io::bf16_bits(v));
+  if (dtype == "F16") return io::f16_value(io::f16_bits(v));
+  if (dtype == "F32") return static_cast<float>(v);
+  return v;
+}
+
+/// Values that BF16 and F16 must round: many fraction bits, magnitudes from
+/// F16's subnormals to past its largest finite value.
+double rounding_value(std::span<const std::int64_t> idx) {
+  std::int64_t k = 0;
+  for (auto i : idx) k = k * 31 + i;
+  return std::ldexp(1.0 + static_cast<double>(k % 997) / 997.0, static_cast<int>(k % 46) - 26) * (k % 3 == 0 ? -1 : 1);
+}
+
+/// Whether every local element of `t` is what a tensor of Source holding
+/// `rounding_value(index)` reads back as when stored as `dtype` (exactly, as T).
+template <class Source, class T, class L>
+bool holds_stored(const Tensor<T, L>& t, const std::string& dtype) {
+  const auto expected = Tensor<T, L>::from_function(
+      t.comm(), t.shape(),
+      [&](std::span<const std::int64_t> idx) { return static_cast<T>(stored_value(dtype, static_cast<Source>(rounding_value(idx)))); },
+      t.mapping());
+  return std::memcmp(expected.data(), t.data(), static_cast<std::size_t>(t.size()) * sizeof(T)) == 0;
+}
+
+/// Loads `name` (saved from a float tensor if `from_float`, else a double one) as T in layout L.
+template <class T, class L>
+bool loads_stored(const std::string& path, const std::string& name, const std::string& dtype, bool from_float, const Lens& ls) {
+  const auto t = load<T, L>(world(), path, name, lengths_of<L>(ls));
+  return from_float ? holds_stored<float>(t, dtype) : holds_stored<double>(t, dtype);
 }
 
 }  // namespace
@@ -246,4 +286,61 @@ TEST_CASE("load_into: a missing name, a 0-d tensor into a 1-d one; ranks asking 
     CHECK_THROWS_AS(save(path_of("local.safetensors"), TensorList().add(world().rank() == 0 ? "x" : "y", make<double, Invariant>(world(), Shape{2}, {}, 1))),
                     invalid_argument);
   set_check_level(before);
+}
+
+TEST_CASE("stored as BF16, F16, F32 or F64: the nearest stored value, loaded exactly into every type that holds it") {
+  const int n = world().size();
+  const Shape g{6, 5, 4};
+  auto rng = test::shared_rng(23);
+  const Lens ls = test::random_lengths(rng, n, 5);
+  const auto x64 = Tensor<double, Sharded<1>>::from_function(world(), g, rounding_value, ls);
+  const auto x32 = Tensor<float, Sharded<1>>::from_function(
+      world(), g, [](std::span<const std::int64_t> idx) { return static_cast<float>(rounding_value(idx)); }, ls);
+  const std::string path = path_of("stored.safetensors");
+  save(path, TensorList()
+                 .add("d_bf16", x64, StoredAs::bf16)
+                 .add("d_f16", x64, StoredAs::f16)
+                 .add("d_f32", x64, StoredAs::f32)
+                 .add("d", x64)
+                 .add("f_bf16", x32, StoredAs::bf16)
+                 .add("f_f16", x32, StoredAs::f16)
+                 .add("f_f64", x32, StoredAs::f64)
+                 .add("f", x32, StoredAs::native));
+  std::map<std::string, std::string> dtypes;
+  for (const auto& t : list_tensors(world(), path)) dtypes[t.name] = t.dtype;
+  CHECK(dtypes == std::map<std::string, std::string>{{"d", "F64"}, {"d_bf16", "BF16"}, {"d_f16", "F16"}, {"d_f32", "F32"},
+                                                     {"f", "F32"}, {"f_bf16", "BF16"}, {"f_f16", "F16"}, {"f_f64", "F64"}});
+  // Every tensor into double, every one but the F64 ones into float, in other layouts and lengths.
+  for (const auto& [name, dtype] : dtypes) {
+    CAPTURE(name);
+    const bool from_float = name[0] == 'f';
+    CHECK(test::all_ranks(loads_stored<double, Sharded<0>>(path, name, dtype, from_float, test::random_lengths(rng, n, 6))));
+    CHECK(test::all_ranks(loads_stored<double, Replicated>(path, name, dtype, from_float, {})));
+    if (dtype == "F64")
+      CHECK_THROWS_WITH_AS((load<float, Sharded<2>>(world(), path, name, test::random_lengths(rng, n, 4))),
+                           doctest::Contains("F64 in the file but float32 (F32) was asked for, which would round its values"), invalid_argument);
+    else CHECK(test::all_ranks(loads_stored<float, Sharded<2>>(path, name, dtype, from_float, test::random_lengths(rng, n, 4))));
+  }
+  // The same bytes when one rank writes it all (the conversion is per element, wherever it happens).
+  const std::string one = path_of("stored_by_one.safetensors"), many = path_of("stored_by_world.safetensors");
+  save(many, TensorList().add("b", x32, StoredAs::bf16).add("h", x64, StoredAs::f16));
+  const auto self = world().split(world().rank(), 0);
+  if (world().rank() == 0) {
+    const auto b = Tensor<float, Invariant>::from_function(
+        self, g, [](std::span<const std::int64_t> idx) { return static_cast<float>(rounding_value(idx)); });
+    save(one, TensorList().add("b", b, StoredAs::bf16).add("h", Tensor<double, Replicated>::from_function(self, g, rounding_value), StoredAs::f16));
+  }
+  world().barrier();
+  CHECK(test::all_ranks(bytes_of(one) == bytes_of(many)));
+  // A mesh tensor stored as BF16, loaded as float on the world.
+  using dp = axis<"dp">;
+  using tp = axis<"tp">;
+  const int a = n % 2 == 0 ? 2 : 1;
+  const Mesh<dp, tp> mesh(world(), {a, n / a});
+  const auto whole64 = Tensor<double, Invariant>::from_function(world(), g, rounding_value);
+  const auto mx = MeshTensor<double, Mesh<dp, tp>, per_axis<Sharded<0>, Sharded<2>>>::from_global(
+      mesh, g, std::span<const double>(whole64.data(), static_cast<std::size_t>(whole64.size())),
+      {test::random_lengths(rng, a, 6), test::random_lengths(rng, n / a, 4)});
+  save(path_of("stored_mesh.safetensors"), TensorList().add("m", mx, StoredAs::bf16));
+  CHECK(test::all_ranks(loads_stored<float, Sharded<1>>(path_of("stored_mesh.safetensors"), "m", "BF16", false, test::random_lengths(rng, n, 5))));
 }

@@ -8,10 +8,18 @@
 //   interop read PATH    loads "x" (float32, 2 x 3 x 4) sharded along dim 2 and
 //                        "y" (float64, 5) replicated, and checks
 //                        x[i][j][k] = i * 100 + j * 10 + k + 0.25, y[i] = i * i / 8
+//   interop narrow PATH  saves v32 (float32, 97, sharded) as it is and as BF16
+//                        (v32_bf16) and F16 (v32_f16), and v64 (float64) as it
+//                        is and as F16 (v64_f16): values of every magnitude
+//                        (Python rounds v32 and v64 itself and compares bits)
+//   interop widen PATH   loads h (F16) and, if the file has it, bf (BF16) as
+//                        float and double, sharded, and checks them against
+//                        h_f32 and bf_f32 (Python's own widening to float32)
 // Run under mpirun at any world size; exits 1 on a wrong value.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <span>
 #include <string>
@@ -28,13 +36,27 @@ std::vector<std::int64_t> even(std::int64_t total, int n) {
   ls.back() += total % n;
   return ls;
 }
+
+/// Values with many fraction bits, from F16's subnormals to past its largest.
+double narrow_value(std::int64_t i) {
+  return std::ldexp(1.0 + static_cast<double>(i * 7919 % 1009) / 1009.0, static_cast<int>(i % 46) - 26) * (i % 3 == 0 ? -1 : 1);
+}
+
+/// Whether tensors `a` and `b` of `path` load into T (sharded) with the same bits.
+template <class T>
+bool same_bits(const mpi::Communicator& comm, const std::string& path, const std::string& a, const std::string& b, std::int64_t len) {
+  const auto x = load<T, Sharded<0>>(comm, path, a, even(len, comm.size()));
+  const auto y = load<T, Sharded<0>>(comm, path, b, even(len, comm.size()));
+  return x.shape() == y.shape() && std::memcmp(x.data(), y.data(), static_cast<std::size_t>(x.size()) * sizeof(T)) == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   mpi::Environment env(argc, argv);
   const auto comm = mpi::Communicator::world();
   if (argc < 3) {
-    std::cerr << "usage: interop write|read PATH\n";
+    std::cerr << "usage: interop write|read|narrow|widen PATH, or interop compare PATH OTHER TOL\n";
     return 2;
   }
   const std::string mode = argv[1], path = argv[2];
@@ -62,6 +84,31 @@ int main(int argc, char** argv) {
     return ok ? 0 : 1;
   }
   const int n = comm.size();
+  if (mode == "narrow") {
+    const auto v = [](std::span<const std::int64_t> i) { return narrow_value(i[0]); };
+    const auto v32 = Tensor<float, Sharded<0>>::from_function(comm, {97}, [&](std::span<const std::int64_t> i) { return float(v(i)); }, even(97, n));
+    const auto v64 = Tensor<double, Sharded<0>>::from_function(comm, {97}, v, even(97, n));
+    save(path, TensorList()
+                   .add("v32", v32)
+                   .add("v32_bf16", v32, StoredAs::bf16)
+                   .add("v32_f16", v32, StoredAs::f16)
+                   .add("v64", v64)
+                   .add("v64_f16", v64, StoredAs::f16));
+    return 0;
+  }
+  if (mode == "widen") {
+    bool ok = true;
+    int checked = 0;
+    for (const auto& t : list_tensors(comm, path)) {
+      if (t.name != "h" && t.name != "bf") continue;
+      ++checked;
+      const std::int64_t len = t.shape[0];
+      const bool f = same_bits<float>(comm, path, t.name, t.name + "_f32", len), d = same_bits<double>(comm, path, t.name, t.name + "_f32", len);
+      if (comm.rank() == 0) std::cout << t.name << " (" << t.dtype << ", " << len << ") as float: " << (f ? "same" : "DIFFERENT") << "; as double: " << (d ? "same" : "DIFFERENT") << "\n";
+      ok = ok && f && d;
+    }
+    return ok && checked > 0 ? 0 : 1;
+  }
   if (mode == "write") {
     auto a = Tensor<float, Sharded<1>>::from_function(comm, {3, 5}, [](std::span<const std::int64_t> i) { return float(i[0] * 10 + i[1]) + 0.5f; }, even(5, n));
     auto b = Tensor<double, Sharded<0>>::from_function(comm, {4}, [](std::span<const std::int64_t> i) { return -1.25 * double(i[0]); }, even(4, n));

@@ -88,6 +88,27 @@ inline std::string rank_groups(const std::vector<std::int64_t>& sigs) {
   return out;
 }
 
+/// Collective on `comm` whatever the check level: the first bad rank's
+/// `local_error` on every rank (empty when no rank has one), and whether the
+/// ranks' `signature`s differ. One small all-reduce, plus two broadcasts on
+/// the error path only. `agree` is built on it; file operations, which must
+/// agree even under CheckLevel::local, call it directly.
+template <class HostComm>
+std::string first_error(const HostComm& comm, const std::string& local_error, std::int64_t signature, bool& signatures_differ) {
+  std::int64_t v[3] = {local_error.empty() ? comm.size() : comm.rank(), signature, -signature};
+  comm.all_reduce_min(v, 3);
+  signatures_differ = v[1] != -v[2];
+  if (v[0] == comm.size()) return {};
+  const int bad = static_cast<int>(v[0]);
+  std::string msg = local_error;
+  std::int64_t len = static_cast<std::int64_t>(msg.size());
+  comm.broadcast(&len, 1, bad);
+  msg.resize(static_cast<std::size_t>(len));
+  comm.broadcast(msg.data(), len, bad);
+  if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
+  return msg;
+}
+
 /// Every rank calls this with its own verdict (`local_error` empty when its
 /// input is fine) and the signature of its call. If any rank's input is bad,
 /// all ranks throw `invalid_argument` with the first bad rank's message; if the
@@ -101,19 +122,9 @@ void agree(const Comm& device_comm, const std::string& local_error, const Signat
     return;
   }
   ++counters_ref().agreements;
-  std::int64_t v[3] = {local_error.empty() ? comm.size() : comm.rank(), sig.value(), -sig.value()};
-  comm.all_reduce_min(v, 3);
-  if (v[0] < comm.size()) {
-    const int bad = static_cast<int>(v[0]);
-    std::string msg = local_error;
-    std::int64_t len = static_cast<std::int64_t>(msg.size());
-    comm.broadcast(&len, 1, bad);
-    msg.resize(static_cast<std::size_t>(len));
-    comm.broadcast(msg.data(), len, bad);
-    if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
-    throw invalid_argument(msg);
-  }
-  if (v[1] != -v[2]) {
+  bool signatures_differ = false;
+  if (std::string msg = first_error(comm, local_error, sig.value(), signatures_differ); !msg.empty()) throw invalid_argument(msg);
+  if (signatures_differ) {
     // Name the ranks out of step: one more collective, on the error path
     // only (every rank is here, in this agreement).
     std::vector<std::int64_t> sigs(static_cast<std::size_t>(comm.size()));

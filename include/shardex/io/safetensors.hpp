@@ -10,9 +10,13 @@
 /// (mesh/) are saved and loaded the same way, a box per rank.
 ///
 /// @code
-/// save("ckpt.safetensors", TensorList().add("A", A).add("b", b).metadata("step", "5"));
+/// save("ckpt.safetensors", TensorList().add("A", A).add("b", b, StoredAs::bf16).metadata("step", "5"));
 /// auto A2 = load<float, Sharded<1>>(comm, "ckpt.safetensors", "A", {3, 0, 5, 2});
 /// @endcode
+///
+/// Elements are stored as the tensor holds them (F32, F64) or, if asked,
+/// converted (BF16, F16, ...: io/stored_dtype.hpp); a load converts from any
+/// stored float dtype that holds the asked type's values exactly.
 ///
 /// Invariant and Replicated tensors are written once (by rank 0). A Partial
 /// tensor is refused at compile time: it is a pending sum, not a value, and
@@ -39,6 +43,7 @@
 #include "shardex/core/error.hpp"
 #include "shardex/io/file.hpp"
 #include "shardex/io/safetensors_header.hpp"
+#include "shardex/io/stored_dtype.hpp"
 #include "shardex/layout/mapping.hpp"
 #include "shardex/mesh/mesh_tensor.hpp"
 #include "shardex/tensor/tensor.hpp"
@@ -90,19 +95,21 @@ bool mesh_box_writes(const X& t) {
 /// The tensors of one save, by name, with the file's metadata.
 class TensorList {
 public:
-  /// Adds `t` under `name` (its logical value is what the file holds).
+  /// Adds `t` under `name` (its logical value is what the file holds),
+  /// its elements stored `as` (the tensor's own dtype, or converted to the
+  /// nearest value of another).
   template <Scalar T, LayoutTag L, class Dev>
-  TensorList& add(std::string name, const Tensor<T, L, Dev>& t) {
+  TensorList& add(std::string name, const Tensor<T, L, Dev>& t, StoredAs as = StoredAs::native) {
     static_assert(!std::same_as<L, Partial>, SHARDEX_ERR_SAVE_PARTIAL);
-    return recording([&] { add_tensor(std::move(name), t); });
+    return recording([&] { add_tensor(std::move(name), t, as); });
   }
   /// Adds the mesh tensor `t` under `name`: each rank writes its box (the
   /// dims its sharded axes cut), once per group of the whole axes (the ranks
   /// at coordinate 0 of every Invariant or Replicated axis write).
   template <Scalar T, MeshType M, PerAxisLayouts Ls>
-  TensorList& add(std::string name, const MeshTensor<T, M, Ls>& t) {
+  TensorList& add(std::string name, const MeshTensor<T, M, Ls>& t, StoredAs as = StoredAs::native) {
     static_assert(!partial_on_an_axis<Ls>, SHARDEX_ERR_SAVE_PARTIAL);
-    return recording([&] { add_mesh_tensor(std::move(name), t); });
+    return recording([&] { add_mesh_tensor(std::move(name), t, as); });
   }
 
   /// A string stored in the header's "__metadata__".
@@ -113,7 +120,7 @@ public:
 
 private:
   template <Scalar T, LayoutTag L, class Dev>
-  void add_tensor(std::string name, const Tensor<T, L, Dev>& t) {
+  void add_tensor(std::string name, const Tensor<T, L, Dev>& t, StoredAs as) {
     t.require_valid("shardex::TensorList::add");
     io::FileBox box;
     box.extents = {t.shape().extents().begin(), t.shape().extents().end()};
@@ -124,22 +131,23 @@ private:
       box.count[L::dim] = t.local_shape()[L::dim];
     }
     // A whole tensor is written once, by rank 0.
-    push(std::move(name), std::move(box), is_sharded_v<L> || t.rank() == 0, t, detail::control_of(t.comm()));
+    push(std::move(name), std::move(box), is_sharded_v<L> || t.rank() == 0, t, detail::control_of(t.comm()), as);
   }
   template <Scalar T, MeshType M, PerAxisLayouts Ls>
-  void add_mesh_tensor(std::string name, const MeshTensor<T, M, Ls>& t) {
+  void add_mesh_tensor(std::string name, const MeshTensor<T, M, Ls>& t, StoredAs as) {
     t.require_valid("shardex::TensorList::add");
-    push(std::move(name), detail::mesh_box(t), detail::mesh_box_writes(t), t.inner(), t.mesh().world());
+    push(std::move(name), detail::mesh_box(t), detail::mesh_box_writes(t), t.inner(), t.mesh().world(), as);
   }
   /// The item of a tensor whose local part `local` is `box` of the global
-  /// array (written by this rank if `writes`), kept on the host.
+  /// array (written by this rank if `writes`), kept on the host, converted
+  /// to the stored dtype if that is not T's.
   template <Scalar T, LayoutTag L, class Dev>
-  void push(std::string name, io::FileBox box, bool writes, const Tensor<T, L, Dev>& local, mpi::Communicator comm) {
+  void push(std::string name, io::FileBox box, bool writes, const Tensor<T, L, Dev>& local, mpi::Communicator comm, StoredAs as) {
     Item item;
     item.entry.name = std::move(name);
-    item.entry.dtype = safetensors_dtype<T>();
+    item.entry.dtype = io::stored_dtype(as, safetensors_dtype<T>());
     item.entry.shape = box.extents;
-    box.elem_bytes = sizeof(T);
+    box.elem_bytes = io::dtype_bytes(item.entry.dtype);
     if (!writes) box.count.assign(box.count.size(), 0);
     if (box.extents.empty()) box.extents = {1}, box.start = {0}, box.count = {writes ? 1 : 0};  // a 0-d tensor: one element
     item.box = std::move(box);
@@ -148,8 +156,15 @@ private:
       if constexpr (std::same_as<Dev, Host>) return local.detach();
       else return to<Host>(local.detach());
     }();
-    item.data = host.data();
-    item.keep = std::shared_ptr<const void>(std::make_shared<Tensor<T, L, Host>>(host), host.data());
+    if (item.entry.dtype == safetensors_dtype<T>() || !writes) {
+      item.data = host.data();
+      item.keep = std::shared_ptr<const void>(std::make_shared<Tensor<T, L, Host>>(host), host.data());
+    } else {
+      auto stored = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(host.size() * box.elem_bytes));
+      io::encode(host.data(), item.entry.dtype, stored->data(), host.size());
+      item.data = stored->data();
+      item.keep = std::shared_ptr<const void>(stored, stored->data());
+    }
     item.comm = std::move(comm);
     items_.push_back(std::move(item));
   }
@@ -237,23 +252,39 @@ inline io::SafetensorsHeader read_header(const mpi::Communicator& comm, const st
 }  // namespace detail
 
 namespace detail {
-/// Every rank asks for the same tensor, of the file's dtype, and the file
-/// has it: checked on every rank together, whatever the check level (a rank
-/// asking for another name would read another tensor, a rank failing alone
-/// would leave the others waiting).
+/// Every rank asks for the same tensor, of a type that holds the file's
+/// dtype exactly, and the file has it: checked on every rank together,
+/// whatever the check level (a rank asking for another name would read
+/// another tensor, a rank failing alone would leave the others waiting).
 template <class T, class Layout>
 void check_request(const mpi::Communicator& comm, const io::SafetensorsHeader& h, const std::string& path, const std::string& name,
                    const std::string& what) {
   const io::TensorEntry* e = h.find(name);
   std::string err;
   if (!e) err = what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")";
-  else if (e->dtype != safetensors_dtype<T>())
-    err = what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() + ") was asked for";
+  else if (!io::is_float_dtype(e->dtype))
+    err = what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() +
+          ") was asked for; shardex loads F64, F32, BF16 and F16 tensors";
+  else if (!io::holds_exactly(e->dtype, safetensors_dtype<T>()))
+    err = what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() +
+          ") was asked for, which would round its values; load it as float64";
   else if (e->shape.size() > 6)
     err = what + ": the tensor has " + std::to_string(e->shape.size()) + " dims; shardex's tensors have at most 6";
   Signature sig;
   sig.add("shardex::load").add(path).add(name).add(dtype_name<T>()).add(typeid(Layout).name());
   io::agree_always(comm, err, sig.value(), what);
+}
+/// Collective: every rank reads its box `b` of a tensor stored as `dtype`
+/// into `out` (b's elements of T), converting if the file's dtype is not T's.
+template <Scalar T>
+void read_box(const mpi::Communicator& comm, const std::string& path, io::FileBox b, const std::string& dtype, T* out) {
+  if (b.extents.empty()) b.extents = b.count = {1}, b.start = {0};  // a 0-d tensor: one element
+  b.elem_bytes = io::dtype_bytes(dtype);
+  const bool as_is = dtype == safetensors_dtype<T>();
+  std::vector<unsigned char> stored(as_is ? 0 : static_cast<std::size_t>(b.elements() * b.elem_bytes));
+  void* data = as_is ? static_cast<void*>(out) : stored.data();
+  io::read_boxes(comm, path, std::span<const io::FileBox>(&b, 1), std::span<void* const>(&data, 1));
+  if (!as_is) io::decode(dtype, stored.data(), out, b.elements());
 }
 }  // namespace detail
 
@@ -292,7 +323,6 @@ Tensor<T, L, Dev> load(const typename Dev::communicator& comm, const std::string
   auto t = Tensor<T, L, Host>::zeros(control, global, std::move(m));
   io::FileBox b;
   b.offset = h.data_begin + e->begin;
-  b.elem_bytes = sizeof(T);
   b.extents = e->shape;
   b.start.assign(e->shape.size(), 0);
   b.count = e->shape;
@@ -300,9 +330,7 @@ Tensor<T, L, Dev> load(const typename Dev::communicator& comm, const std::string
     b.start[L::dim] = t.global_offset();
     b.count[L::dim] = t.local_shape()[L::dim];
   }
-  if (b.extents.empty()) b.extents = b.count = {1}, b.start = {0};
-  void* data = t.data();
-  io::read_boxes(control, path, std::span<const io::FileBox>(&b, 1), std::span<void* const>(&data, 1));
+  detail::read_box(control, path, std::move(b), e->dtype, t.data());
   if constexpr (std::same_as<Dev, Host>) return t;
   else return to<Dev>(t, comm);
 }
@@ -342,9 +370,7 @@ MeshTensor<T, M, Ls> load(const M& mesh, const std::string& path, const std::str
   auto t = MeshTensor<T, M, Ls>::zeros(mesh, Shape(e->shape), std::move(ms));  // lengths agreed over the mesh
   io::FileBox b = detail::mesh_box(t);
   b.offset = h.data_begin + e->begin;
-  if (b.extents.empty()) b.extents = b.count = {1}, b.start = {0};
-  void* data = t.data();
-  io::read_boxes(mesh.world(), path, std::span<const io::FileBox>(&b, 1), std::span<void* const>(&data, 1));
+  detail::read_box(mesh.world(), path, std::move(b), e->dtype, t.data());
   return t;
 }
 
