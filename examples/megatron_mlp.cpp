@@ -20,6 +20,11 @@
 // one, at any world size and speeds (the unsharded run resumes from it too):
 //   mpirun -n 4 build/examples/megatron_mlp --optimizer adam --steps 5 --save half.safetensors
 //   mpirun -n 3 build/examples/megatron_mlp --optimizer adam --steps 5 --resume half.safetensors
+//
+// --clip MAX clips the gradients to norm MAX after each backward
+// (clip_grad_norm: the norm of the logical gradients, the Invariant b counted
+// once), printing the norm; the unsharded run clips the same way, so the
+// comparison checks the clipped gradients too.
 #include <optional>
 
 #include <shardex/autodiff/adam.hpp>
@@ -123,6 +128,8 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     auto d = y - target;
     Tensor<T, Invariant, Dev> loss = sum(d * d) / double(2 * batch);
     backward(loss);
+    // --clip: the norm of the logical gradients (b, Invariant, counted once), every gradient scaled alike.
+    if (const double clip = f.real("clip"); clip > 0) run.grad_norms.push_back(clip_grad_norm(clip, model.A, model.a, model.B, model.b));
     run.losses.push_back(example::value(loss));
     example::check_finite_loss(run.losses.back(), step, lr);
     if (step + 1 == first + steps) {  // keep the last step's output and gradients, gathered whole
@@ -161,6 +168,6 @@ int main(int argc, char** argv) {
   return example::main(argc, argv, "megatron_mlp: Megatron's tensor-parallel MLP on uneven shards",
                        {{"batch", "16"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "auto"}, {"seed", "1"},
                         {"dtype", "double"}, {"speeds", ""},
-                        {"optimizer", "sgd"}, {"save", ""}, {"resume", ""}},
+                        {"optimizer", "sgd"}, {"save", ""}, {"resume", ""}, {"clip", "0"}},
                        [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
 }

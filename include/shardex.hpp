@@ -14,6 +14,7 @@
 #include "shardex/config.hpp"  // IWYU pragma: export (SHARDEX_WITH_MPI: the build's backends)
 
 #include "shardex/autodiff/backward.hpp"         // IWYU pragma: export
+#include "shardex/autodiff/grad_norm.hpp"        // IWYU pragma: export
 #include "shardex/autodiff/sgd.hpp"              // IWYU pragma: export
 #include "shardex/backend/mpi/communicator.hpp"  // IWYU pragma: export
 #include "shardex/backend/mpi/environment.hpp"   // IWYU pragma: export

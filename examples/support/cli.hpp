@@ -191,18 +191,21 @@ template <class T>
 struct Run {
   std::vector<double> losses;
   std::vector<double> step_ms;  // each step's wall time on this rank
+  std::vector<double> grad_norms;  // each step's gradient norm, where the example clips (--clip)
   std::vector<std::pair<std::string, shardex::Tensor<T, shardex::Invariant>>> last;
 };
 
 /// Ends a step: records its time, and (if `report`) prints
-/// "step   3  loss 0.123456  time 0.52 ms" on rank 0.
+/// "step   3  loss 0.123456  time 0.52 ms" on rank 0 (with "  grad norm 1.234"
+/// where the step recorded one).
 template <class Comm, class T>
 void end_step(const Comm& comm, Run<T>& run, std::int64_t step, std::chrono::steady_clock::time_point t0, bool report) {
   run.step_ms.push_back(seconds_since(t0) * 1e3);
   if (!report || comm.rank() != 0) return;
   std::cout << "step " << std::setw(3) << step << "  loss " << std::setprecision(6) << std::fixed << run.losses.back()
-            << "  time " << std::setprecision(2) << run.step_ms.back() << " ms\n"
-            << std::defaultfloat;
+            << "  time " << std::setprecision(2) << run.step_ms.back() << " ms";
+  if (run.grad_norms.size() == run.losses.size()) std::cout << "  grad norm " << std::setprecision(4) << run.grad_norms.back();
+  std::cout << "\n" << std::defaultfloat;
 }
 
 /// --log PATH: rank 0 writes every step's loss (sharded and unsharded) and

@@ -130,6 +130,12 @@ void cases(const mpi::Communicator& comm) {
   // expect: a mesh parameter must be Invariant or Sharded on every axis
   auto y = mx;
   sgd_step(0.1, y);
+#elif SHARDEX_FAIL_CASE == 30
+  // expect: shardex::grad_norm: a Replicated (or Partial) parameter's gradient is a pending sum over ranks
+  auto y = grad_norm(s0, r);
+#elif SHARDEX_FAIL_CASE == 31
+  // expect: shardex::grad_norm: a mesh parameter must be Invariant or Sharded on every axis
+  auto y = clip_grad_norm(1.0, mw, mx);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

@@ -13,6 +13,14 @@
 #define SHARDEX_ERR_ADAM_HOST_ONLY \
   "shardex::Adam: the update runs on host tensors; a device parameter needs a device kernel this " \
   "version does not have (use sgd_step, which runs on every device)"
+// ---- shardex/autodiff/grad_norm.hpp --------------------------------------------------
+#define SHARDEX_ERR_GRAD_NORM_NOT_SELF_DUAL \
+  "shardex::grad_norm: a Replicated (or Partial) parameter's gradient is a pending sum over ranks, whose " \
+  "norm is not its parts' norms; make the parameter Invariant and replicate(p) where it is used (its " \
+  "gradient is then all-reduced by the backward pass)"
+#define SHARDEX_ERR_MESH_GRAD_NORM_NOT_SELF_DUAL \
+  "shardex::grad_norm: a mesh parameter must be Invariant or Sharded on every axis (a Replicated or " \
+  "Partial one's gradient is a pending sum); make it Invariant and replicate<axis>(p) where used"
 // ---- shardex/autodiff/sgd.hpp --------------------------------------------------------
 #define SHARDEX_ERR_SGD_PARAMETER_NOT_SELF_DUAL \
   "shardex::sgd_step: a Replicated (or Partial) parameter's gradient is not in its own layout; make the " \

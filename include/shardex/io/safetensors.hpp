@@ -80,16 +80,6 @@ io::FileBox mesh_box(const X& t) {
   });
   return b;
 }
-/// Whether this rank writes its box: coordinate 0 on every whole (I, R) axis.
-template <class X>
-bool mesh_box_writes(const X& t) {
-  bool writes = true;
-  for_each_axis<X::axis_count>([&](auto k) {
-    constexpr std::size_t i = decltype(k)::value;
-    if constexpr (!is_sharded_v<typename X::template layout_at<i>>) writes = writes && t.mesh().coord(i) == 0;
-  });
-  return writes;
-}
 }  // namespace detail
 
 /// The tensors of one save, by name, with the file's metadata.
@@ -136,7 +126,7 @@ private:
   template <Scalar T, MeshType M, PerAxisLayouts Ls>
   void add_mesh_tensor(std::string name, const MeshTensor<T, M, Ls>& t, StoredAs as) {
     t.require_valid("shardex::TensorList::add");
-    push(std::move(name), detail::mesh_box(t), detail::mesh_box_writes(t), t.inner(), t.mesh().world(), as);
+    push(std::move(name), detail::mesh_box(t), t.first_copy(), t.inner(), t.mesh().world(), as);
   }
   /// The item of a tensor whose local part `local` is `box` of the global
   /// array (written by this rank if `writes`), kept on the host, converted

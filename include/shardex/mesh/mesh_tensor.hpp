@@ -193,6 +193,18 @@ public:
   [[nodiscard]] T* data() const noexcept { return inner_.data(); }
   [[nodiscard]] std::int64_t size() const noexcept { return inner_.size(); }
   [[nodiscard]] std::span<T> local() const noexcept { return inner_.local(); }
+  /// Whether this rank holds the first copy of its piece: coordinate 0 on
+  /// every axis that does not shard (Invariant, Replicated). Summing over the
+  /// ranks that do counts every element of the logical value once (what a
+  /// checkpoint writes, what grad_norm adds up).
+  [[nodiscard]] bool first_copy() const {
+    bool first = true;
+    detail::for_each_axis<axis_count>([&](auto k) {
+      constexpr std::size_t i = decltype(k)::value;
+      if constexpr (!is_sharded_v<layout_at<i>>) first = first && mesh_.coord(i) == 0;
+    });
+    return first;
+  }
 
   /// "dp: S(0)[1,3], tp: R"
   [[nodiscard]] std::string layouts_str() const { return per_axis_name<Ls>(maps_, M::names()); }

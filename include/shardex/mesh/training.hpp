@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shardex/autodiff/backward.hpp"
+#include "shardex/autodiff/grad_norm.hpp"
 #include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/expr/plan.hpp"
@@ -76,6 +77,23 @@ void sgd_update(MeshTensor<T, M, Ls>& p, double lr) {
   auto in = p.inner();
   sgd_update(in, lr);
 }
+
+/// A mesh parameter in grad_norm (autodiff/grad_norm.hpp): its gradient's
+/// box counted by the ranks holding its first copy (coordinate 0 on every
+/// Invariant axis), over the whole mesh.
+template <Scalar T, MeshType M, PerAxisLayouts Ls>
+struct grad_norm_part<MeshTensor<T, M, Ls>> {
+  using P = MeshTensor<T, M, Ls>;
+  static_assert(std::same_as<dual_layouts_t<Ls>, Ls>, SHARDEX_ERR_MESH_GRAD_NORM_NOT_SELF_DUAL);
+  static const mpi::Communicator& comm(const P& p) { return detail::control_of(p.mesh().world()); }
+  static const Shape& shape(const P& p) { return p.shape(); }
+  static double counted_squares(const P& p) {
+    const auto& in = p.inner();
+    if (!in.has_grad() || !p.first_copy()) return 0.0;
+    return detail::sum_of_squares<typename M::device_type>(in.grad().data(), in.grad().size());
+  }
+  static void scale_grad(const P& p, double factor) { grad_norm_part<typename P::inner_type>::scale_grad(p.inner(), factor); }
+};
 
 /// Runs `step` (a training step: forward, backward, update) and returns the
 /// plan of what it ran on this rank: every transition with its axis, strategy

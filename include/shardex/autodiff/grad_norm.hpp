@@ -1,0 +1,130 @@
+#pragma once
+/// @file
+/// @brief `grad_norm(params...)`: the 2-norm of the parameters' gradients as
+/// the unsharded model has it, every element of every logical gradient
+/// counted once whatever layout holds it: a Sharded gradient's pieces are
+/// summed over the ranks, an Invariant one (the same on every rank) is
+/// counted once, not once per rank (the classic double count of
+/// tensor-parallel gradient clipping). One all-reduce of one double.
+/// `clip_grad_norm(max_norm, params...)` then scales every gradient by
+/// max_norm / (norm + 1e-6) when that is below one (PyTorch's
+/// clip_grad_norm_), and returns the norm.
+///
+/// @code
+/// backward(loss);
+/// const double norm = clip_grad_norm(1.0, A, a, B, b);
+/// sgd_step(lr, A, a, B, b);
+/// @endcode
+///
+/// Parameters are Invariant or Sharded (their gradient has their own layout,
+/// as for sgd_step): a Replicated parameter's gradient is Partial, whose
+/// norm is not its parts' norms, and is refused at compile time. Mesh
+/// parameters (mesh/training.hpp) take part the same way. A parameter with
+/// no gradient adds nothing. Every rank gets the same norm; ranks passing
+/// different parameter lists, or parameters of different communicators,
+/// throw on every rank.
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <string>
+
+#include "shardex/core/agree.hpp"
+#include "shardex/core/compile_errors.hpp"
+#include "shardex/core/error.hpp"
+#include "shardex/device/device.hpp"
+#include "shardex/tensor/tensor.hpp"
+
+namespace shardex {
+
+/// How a kind of parameter takes part in `grad_norm`: the host communicator
+/// all of a call's parameters share, the sum of squares of the part of the
+/// logical gradient this rank counts, and the scaling of its gradient.
+/// Specialized for Tensor here and for MeshTensor in mesh/training.hpp.
+template <class P>
+struct grad_norm_part;
+
+namespace detail {
+
+/// The sum of squares of n elements on device Dev, accumulated in double on
+/// the host; on a device, one dot product (a 1 x n by n x 1 GEMM).
+template <class Dev, Scalar T>
+double sum_of_squares(const T* x, std::int64_t n) {
+  if (n == 0) return 0.0;
+  if constexpr (std::same_as<Dev, Host>) {
+    double s = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    return s;
+  } else {
+    auto out = Dev::template allocate<T>(1);
+    Dev::gemm(GemmShape::plain(1, n, 1), T(1), x, x, T(0), out.get());
+    T host = 0;
+    Dev::download(&host, out.get(), 1);
+    return static_cast<double>(host);
+  }
+}
+
+}  // namespace detail
+
+template <Scalar T, LayoutTag L, class Dev>
+struct grad_norm_part<Tensor<T, L, Dev>> {
+  using P = Tensor<T, L, Dev>;
+  static_assert(std::same_as<dual_t<L>, L>, SHARDEX_ERR_GRAD_NORM_NOT_SELF_DUAL);
+  static const mpi::Communicator& comm(const P& p) { return detail::control_of(p.comm()); }
+  static const Shape& shape(const P& p) { return p.shape(); }
+  /// Sharded: this rank's piece. Invariant: rank 0 counts it, the others add nothing.
+  static double counted_squares(const P& p) {
+    if (!p.has_grad() || (!is_sharded_v<L> && p.rank() != 0)) return 0.0;
+    return detail::sum_of_squares<Dev>(p.grad().data(), p.grad().size());
+  }
+  static void scale_grad(const P& p, double factor) {
+    if (p.has_grad()) Dev::axpy(p.grad().size(), static_cast<T>(factor - 1), p.grad().data(), p.grad().data());
+  }
+};
+
+/// Collective over the parameters' communicator: the 2-norm of the logical
+/// gradients of `params` (see the file's comment).
+template <class P0, class... P>
+double grad_norm(const P0& first, const P&... rest) {
+  const mpi::Communicator& comm = grad_norm_part<P0>::comm(first);
+  std::string err;
+  detail::Signature sig;
+  sig.add("shardex::grad_norm").add(static_cast<std::int64_t>(1 + sizeof...(P)));
+  double counted = 0.0;
+  const auto take = [&]<class X>(const X& p) {
+    p.require_valid("shardex::grad_norm");
+    const mpi::Communicator& c = grad_norm_part<X>::comm(p);
+    if (err.empty() && (c.size() != comm.size() || c.rank() != comm.rank()))
+      err = "shardex::grad_norm on rank " + std::to_string(comm.rank()) + ": the parameters live on different communicators (" +
+            std::to_string(comm.size()) + " and " + std::to_string(c.size()) + " ranks)";
+    for (auto e : grad_norm_part<X>::shape(p).extents()) sig.add(e);
+    counted += grad_norm_part<X>::counted_squares(p);
+  };
+  take(first);
+  (take(rest), ...);
+  detail::agree(comm, err, sig, [&] { return "shardex::grad_norm of " + std::to_string(1 + sizeof...(P)) + " parameters"; });
+  if (comm.size() > 1) comm.all_reduce(&counted, 1);
+  return std::sqrt(counted);
+}
+
+/// Collective: scales the gradients of `params` so that their norm is at
+/// most `max_norm` (by max_norm / (norm + 1e-6) when that is below one) and
+/// returns their norm before the scaling. A norm that is not finite (a step
+/// that diverged) throws on every rank, leaving the gradients as they are.
+template <class P0, class... P>
+double clip_grad_norm(double max_norm, const P0& first, const P&... rest) {
+  if (!(max_norm > 0))
+    throw invalid_argument("shardex::clip_grad_norm: max_norm must be positive, not " + std::to_string(max_norm));
+  const double norm = grad_norm(first, rest...);
+  if (!std::isfinite(norm))
+    throw error("shardex::clip_grad_norm: the gradients' norm is " + std::to_string(norm) +
+                " (the step diverged: lower the learning rate, or look for an inf or nan in the loss)");
+  const double factor = max_norm / (norm + 1e-6);
+  if (factor < 1.0) {
+    grad_norm_part<P0>::scale_grad(first, factor);
+    (grad_norm_part<P>::scale_grad(rest, factor), ...);
+  }
+  return norm;
+}
+
+}  // namespace shardex
