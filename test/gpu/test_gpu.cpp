@@ -258,6 +258,13 @@ TEST_CASE("a sharded Megatron block on the GPU matches the host, forward and bac
     CHECK_CLOSE(Ac.grad(), A.grad(), double, "dA");
     CHECK_CLOSE(ac.grad(), a.grad(), double, "da");
     CHECK_CLOSE(Bc.grad(), B.grad(), double, "dB");
+    // The gradients' norm (a dot product on the device) and clipping: as on the host.
+    const double nh = grad_norm(A, a, B), nc = grad_norm(Ac, ac, Bc);
+    CHECK(std::abs(nc - nh) <= 1e-12 * nh);
+    CHECK(std::abs(clip_grad_norm(nh / 2, Ac, ac, Bc) - nc) <= 1e-12 * nc);
+    clip_grad_norm(nh / 2, A, a, B);
+    CHECK_CLOSE(Ac.grad(), A.grad(), double, "dA clipped");
+    CHECK(std::abs(grad_norm(Ac, ac, Bc) - grad_norm(A, a, B)) <= 1e-12 * nh);
   }
 }
 
