@@ -21,6 +21,8 @@
 //    transition they simplify to, and one autodiff node whose op is that
 //    entry (so the backward runs the dual of the simplified plan).
 // 4. Gradients accumulate across backward passes; zero_grad resets them.
+// (1. includes a SwiGLU block and every non-linear element-wise op: silu,
+// sigmoid, sqrt, rsqrt, log, and division, P / R among them.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -397,6 +399,35 @@ TEST_CASE("finite differences: Megatron MLP block, Replicated and Invariant loss
       backward(loss);
       fd_check_all([&] { return objective(eval(mlp_loss_i(m))); }, mlp_params(m), rng, st);
     }
+  }
+  CHECK(st.checked >= 30);
+  CHECK(st.nonzero >= std::max(6, st.checked / 4));
+}
+
+TEST_CASE("finite differences: a SwiGLU block (silu gate), sigmoid, sqrt, rsqrt, log, division, P / R") {
+  const int n = comm().size();
+  auto rng = test::shared_rng(151);
+  FdStats st;
+  for (const Lens& lf : lens_cases(rng, n, true)) {
+    INFO("lengths ", str(lf));
+    const std::int64_t t = 3, h = 4, f = sum_of(lf);
+    const std::uint64_t seed = rng();
+    auto x = param_tensor<Invariant>({t, h}, seed + 1);
+    auto W1 = param_tensor<S1>({h, f}, seed + 2, lf);  // gate, column-parallel
+    auto W3 = param_tensor<S1>({h, f}, seed + 3, lf);  // up, column-parallel
+    auto W2 = param_tensor<S0>({f, h}, seed + 4, lf);  // down, row-parallel
+    auto d = param_tensor<Replicated>({t, h}, seed + 5);
+    const auto loss_expr = [&] {
+      auto xr = replicate(x);
+      auto p = matmul(silu(matmul(xr, W1)) * matmul(xr, W3), W2);  // LLaMA's MLP: P
+      auto q = p / exp(d * 0.5);                                       // P / R: P
+      auto y = all_reduce(q);                                          // R
+      auto e = exp(y * 0.4);                                           // positive
+      return sum(sqrt(e) + rsqrt(e) * sigmoid(y) + log(e + exp(d)) * 0.3 - y / (e + 1.0 * exp(d)));
+    };
+    backward(loss_expr());
+    fd_check_all([&] { return objective(eval(loss_expr())); },
+                 {param("x (I)", x), param("W1 (S1)", W1), param("W3 (S1)", W3), param("W2 (S0)", W2), param("d (R)", d)}, rng, st);
   }
   CHECK(st.checked >= 30);
   CHECK(st.nonzero >= std::max(6, st.checked / 4));

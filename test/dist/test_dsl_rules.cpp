@@ -1,6 +1,7 @@
 // Every layout rule of the local operations (expr/rules.hpp) against a
 // single-rank reference on random data: matmul (all seven 2-d rules),
-// element-wise +, -, *, unary -, scaling and gelu/relu/tanh/exp, add_bias,
+// element-wise +, -, *, / (P / R too), unary -, scaling and gelu/relu/tanh/exp/
+// sqrt/rsqrt/log/sigmoid/silu, add_bias,
 // sum over all dims and over one dim, transpose; the one-pass fusion of an
 // element-wise tree (one autodiff node whose inputs are the leaves); and the
 // run-time shape errors, thrown on every rank (operands whose local parts happen
@@ -441,6 +442,14 @@ void check_elementwise(const Shape& s, const Lens& ls, Dice& dice) {
     holds(relu(a.t), map(a.ref, [](double x) { return x > 0 ? x : 0.0; }), "relu(a)");
     holds(tanh(a.t), map(a.ref, [](double x) { return std::tanh(x); }), "tanh(a)");
     holds(exp(a.t), map(a.ref, [](double x) { return std::exp(x); }), "exp(a)");
+    // sqrt, rsqrt and log of a positive operand (exp(a)), a / b over a non-zero one.
+    const Ref pos = map(a.ref, [](double x) { return std::exp(x); });
+    holds(sqrt(exp(a.t)), map(pos, [](double x) { return std::sqrt(x); }), "sqrt(exp(a))");
+    holds(rsqrt(exp(a.t)), map(pos, [](double x) { return 1 / std::sqrt(x); }), "rsqrt(exp(a))");
+    holds(log(exp(a.t)), a.ref, "log(exp(a))");
+    holds(sigmoid(a.t * 30.0), map(a.ref, [](double x) { return 1 / (1 + std::exp(-30 * x)); }), "sigmoid(30 a)");
+    holds(silu(a.t), map(a.ref, [](double x) { return x / (1 + std::exp(-x)); }), "silu(a)");
+    holds(b.t / exp(a.t), zip(b.ref, pos, std::divides<>{}), "b / exp(a)");
   } else {
     // P * R and R * P -> P: each rank scales its part; the sum over ranks is (sum p) * r.
     auto r = input<T, R>(s, dice.seed());
@@ -451,6 +460,11 @@ void check_elementwise(const Shape& s, const Lens& ls, Dice& dice) {
     CHECK(local_error_of(rp, part) <= tol<T>);
     CHECK_HOLDS(pr, zip(a.ref, r.ref, std::multiplies<>{}));
     CHECK_HOLDS(rp, zip(r.ref, a.ref, std::multiplies<>{}));
+    // P / R -> P: each part divided by the same whole value.
+    Tensor<T, P> pdr = a.t / exp(r.t);
+    const Ref er = map(r.ref, [](double x) { return std::exp(x); });
+    CHECK(local_error_of(pdr, zip(local_ref(a.t), er, std::divides<>{})) <= tol<T>);
+    CHECK_HOLDS(pdr, zip(a.ref, er, std::divides<>{}));
   }
 }
 

@@ -546,3 +546,55 @@ TEST_CASE("a training step: the data-parallel all-reduce is derived, and the gra
     for (std::size_t i = 0; i < g2.size(); ++i) CHECK(g2[i] == doctest::Approx(e2[i]).epsilon(1e-12));
   }
 }
+
+namespace {
+
+/// LLaMA's MLP on the mesh: silu(x W1) * (x W3) then W2, W1 and W3 column-,
+/// W2 row-parallel over tp, the batch over dp; a loss through sqrt, sigmoid,
+/// log and division (per-axis rules of the element-wise ops beyond gelu).
+template <class WC, class WR>
+auto swiglu_loss(const M& mesh, const WC& w1, const WC& w3, const WR& w2, const Lens& batch, const std::vector<double>& xv) {
+  using XL = per_axis<S0, Invariant>;
+  const auto x = MeshTensor<double, M, XL>::from_global(mesh, {6, 4}, xv, {batch, {}});
+  auto h = silu(matmul(replicate<tp>(x), replicate<dp>(w1))) * matmul(replicate<tp>(x), replicate<dp>(w3));  // (dp: S(0), tp: S(1))
+  auto y = all_reduce<tp, Invariant>(matmul(h, replicate<dp>(w2)));                                       // (dp: S(0), tp: I)
+  auto e = exp(y * 0.5);
+  return all_reduce<dp, Invariant>(sum(sqrt(e) * sigmoid(y) + log(e) / e) / 12.0);  // (dp: I, tp: I)
+}
+
+}  // namespace
+
+TEST_CASE("a SwiGLU training step on every mesh shape: silu, sigmoid, sqrt, log, division per axis, the unsharded gradients") {
+  std::vector<double> xv(24), w1v(4 * 8), w3v(4 * 8), w2v(8 * 4);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = 0.1 * static_cast<double>(small(static_cast<std::int64_t>(i), 0, 0, 3));
+  for (std::size_t i = 0; i < w1v.size(); ++i) w1v[i] = 0.2 * static_cast<double>(small(static_cast<std::int64_t>(i), 1, 0, 5));
+  for (std::size_t i = 0; i < w3v.size(); ++i) w3v[i] = 0.15 * static_cast<double>(small(static_cast<std::int64_t>(i), 3, 0, 4));
+  for (std::size_t i = 0; i < w2v.size(); ++i) w2v[i] = 0.3 * static_cast<double>(small(static_cast<std::int64_t>(i), 2, 0, 7));
+  using WC = MeshTensor<double, M, per_axis<Invariant, S1>>;
+  using WR = MeshTensor<double, M, per_axis<Invariant, S0>>;
+  const M one(world().split(world().rank(), 0), {1, 1});
+  auto v1 = WC::from_global(one, {4, 8}, w1v, {{}, {8}}), v3 = WC::from_global(one, {4, 8}, w3v, {{}, {8}});
+  auto v2 = WR::from_global(one, {8, 4}, w2v, {{}, {8}});
+  v1.requires_grad(), v3.requires_grad(), v2.requires_grad();
+  const auto whole_loss = swiglu_loss(one, v1, v3, v2, {6}, xv);
+  backward(whole_loss);
+  for (const auto& shape : mesh_shapes()) {
+    const M mesh(world(), shape);
+    CAPTURE(mesh.str());
+    auto rng = test::shared_rng(9);
+    const Lens batch = test::random_lengths(rng, shape[0], 6), ffn = test::random_lengths(rng, shape[1], 8);
+    auto w1 = WC::from_global(mesh, {4, 8}, w1v, {{}, ffn}), w3 = WC::from_global(mesh, {4, 8}, w3v, {{}, ffn});
+    auto w2 = WR::from_global(mesh, {8, 4}, w2v, {{}, ffn});
+    w1.requires_grad(), w3.requires_grad(), w2.requires_grad();
+    const auto loss = swiglu_loss(mesh, w1, w3, w2, batch, xv);
+    backward(loss);
+    CHECK(to_global(loss)[0] == doctest::Approx(to_global(whole_loss)[0]).epsilon(1e-12));
+    for (const auto& [g, e] : {std::pair{to_global(w1.grad()), to_global(v1.grad())}, std::pair{to_global(w3.grad()), to_global(v3.grad())},
+                               std::pair{to_global(w2.grad()), to_global(v2.grad())}}) {
+      REQUIRE(g.size() == e.size());
+      bool same = true;
+      for (std::size_t i = 0; i < g.size(); ++i) same = same && std::abs(g[i] - e[i]) <= 1e-12 * (1 + std::abs(e[i]));
+      CHECK(test::all_ranks(same));
+    }
+  }
+}

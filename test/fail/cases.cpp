@@ -48,7 +48,7 @@ void cases(const mpi::Communicator& comm) {
   // expect: a is sharded along its contraction dim (Sharded<1>) but b is not sharded along its rows
   auto y = matmul(s1, w);
 #elif SHARDEX_FAIL_CASE == 3
-  // expect: a non-linear function (gelu, relu, tanh, exp) of a Partial tensor is not the sum
+  // expect: a non-linear function (gelu, relu, tanh, exp, sqrt, rsqrt, log, sigmoid, silu) of a Partial tensor is not the sum
   auto y = gelu(p);
 #elif SHARDEX_FAIL_CASE == 4
   // expect: shardex::operator+(a, b) and operator-(a, b) require a and b to have the same layout
@@ -136,6 +136,9 @@ void cases(const mpi::Communicator& comm) {
 #elif SHARDEX_FAIL_CASE == 31
   // expect: shardex::grad_norm: a mesh parameter must be Invariant or Sharded on every axis
   auto y = clip_grad_norm(1.0, mw, mx);
+#elif SHARDEX_FAIL_CASE == 32
+  // expect: shardex::operator/(a, b) with b Partial: dividing by a pending sum is not the sum of dividing by its parts
+  auto y = eval(r / p);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

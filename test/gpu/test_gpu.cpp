@@ -173,6 +173,23 @@ void local_math(std::uint64_t seed) {
     const auto f = [](const auto& x, const auto& y, const auto& z, const auto& bb) {
       return add_bias(gelu(x * y + z) - tanh(x) * 2.0 + exp(scale(y, 0.5)) + relu(z) - (-x), bb);
     };
+    // The other non-linear ops and division, fused likewise (positive where they need it).
+    const auto f2 = [](const auto& x, const auto& y, const auto& z) {
+      const auto e = exp(x * 0.5);
+      return silu(y) * sigmoid(z) + sqrt(e) - rsqrt(e) * log(e + exp(y)) + z / e;
+    };
+    {
+      Tensor<T, R> yh = f2(a, b, c);
+      Tensor<T, R, Cuda> yc = f2(ac, bc, cc);
+      CHECK_CLOSE(yc, yh, T, "silu, sigmoid, sqrt, rsqrt, log, div forward");
+      const auto g = random<T, Partial>({m, k}, seed + 7, {}, true);
+      backward_with(yh, g);
+      backward_with(yc, to<Cuda>(g, gpu()));
+      CHECK_CLOSE(ac.grad(), a.grad(), T, "d/da (silu ... div)");
+      CHECK_CLOSE(cc.grad(), c.grad(), T, "d/dc (silu ... div)");
+      for (auto* t : {&a, &b, &c}) t->zero_grad();
+      for (auto* t : {&ac, &bc, &cc}) t->zero_grad();
+    }
     Tensor<T, R> yh = f(a, b, c, bias);
     Tensor<T, R, Cuda> yc = f(ac, bc, cc, biasc);
     CHECK_CLOSE(yc, yh, T, "fused forward");

@@ -97,11 +97,15 @@
 #define SHARDEX_ERR_MUL_PARTIAL_PARTIAL \
   "shardex::operator*(a, b) with a and b both Partial: the product of two pending sums is not the sum " \
   "of the products; all_reduce one operand first"
+#define SHARDEX_ERR_DIV_BY_PARTIAL \
+  "shardex::operator/(a, b) with b Partial: dividing by a pending sum is not the sum of dividing by its " \
+  "parts; all_reduce(b) first (a Partial a over a whole b is fine: each part is divided alike)"
 #define SHARDEX_ERR_MUL_LAYOUTS \
   "shardex::operator*(a, b) requires a and b to have the same layout (or one Partial and one " \
   "Replicated); insert redistribute<To>(...) on one operand"
 #define SHARDEX_ERR_NONLINEAR_PARTIAL \
-  "shardex: a non-linear function (gelu, relu, tanh, exp) of a Partial tensor is not the sum of the " \
+  "shardex: a non-linear function (gelu, relu, tanh, exp, sqrt, rsqrt, log, sigmoid, silu) of a Partial " \
+  "tensor is not the sum of the " \
   "function of its parts; reduce first: all_reduce(x) or reduce_scatter<Sharded<D, ...>>(x)"
 #define SHARDEX_ERR_BIAS_PARTIAL \
   "shardex::add_bias(x, b) with x Partial: the bias would be added once per rank to a pending sum; " \

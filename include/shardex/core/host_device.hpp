@@ -73,4 +73,24 @@ SHARDEX_HD inline T exp(T a) {
 #endif
 }
 
+template <class T>
+SHARDEX_HD inline T sqrt(T a) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return ::sqrtf(a);
+  else return ::sqrt(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+template <class T>
+SHARDEX_HD inline T log(T a) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return ::logf(a);
+  else return ::log(a);
+#else
+  return std::log(a);
+#endif
+}
+
 }  // namespace shardex::math

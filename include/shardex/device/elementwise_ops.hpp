@@ -36,6 +36,19 @@ struct Mul {
   template <class T> SHARDEX_HD void df(T a, T b, T g, T& ga, T& gb) const { ga += g * b; gb += g * a; }
 };
 
+/// a / b. Its layout rule (rules::div) refuses a Partial divisor: 1 / (sum of
+/// parts) is not the sum of anything.
+struct Div {
+  static constexpr int arity = 2;
+  static constexpr const char* name = "div";
+  template <class T> SHARDEX_HD T f(T a, T b) const { return a / b; }
+  template <class T> SHARDEX_HD void df(T a, T b, T g, T& ga, T& gb) const {
+    const T q = g / b;
+    ga += q;
+    gb -= q * (a / b);
+  }
+};
+
 // ---- unary, linear -------------------------------------------------------------
 struct Neg {
   static constexpr int arity = 1;
@@ -97,6 +110,57 @@ struct Exp {
   template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += g * math::exp(a); }
 };
 
+struct Sqrt {
+  static constexpr int arity = 1;
+  static constexpr const char* name = "sqrt";
+  static constexpr bool linear = false;
+  template <class T> SHARDEX_HD T f(T a) const { return math::sqrt(a); }
+  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += g * static_cast<T>(0.5) / math::sqrt(a); }
+};
+/// 1 / sqrt(a) (a layer norm's scale).
+struct Rsqrt {
+  static constexpr int arity = 1;
+  static constexpr const char* name = "rsqrt";
+  static constexpr bool linear = false;
+  template <class T> SHARDEX_HD T f(T a) const { return T(1) / math::sqrt(a); }
+  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+    const T r = T(1) / math::sqrt(a);
+    ga -= g * static_cast<T>(0.5) * r * r * r;
+  }
+};
+struct Log {
+  static constexpr int arity = 1;
+  static constexpr const char* name = "log";
+  static constexpr bool linear = false;
+  template <class T> SHARDEX_HD T f(T a) const { return math::log(a); }
+  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += g / a; }
+};
+/// 1 / (1 + exp(-a)), from exp of a non-positive number only (no overflow).
+struct Sigmoid {
+  static constexpr int arity = 1;
+  static constexpr const char* name = "sigmoid";
+  static constexpr bool linear = false;
+  template <class T> SHARDEX_HD static T value(T a) {
+    const T e = math::exp(a > T(0) ? -a : a);
+    return a > T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
+  }
+  template <class T> SHARDEX_HD T f(T a) const { return value(a); }
+  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+    const T s = value(a);
+    ga += g * s * (T(1) - s);
+  }
+};
+/// SiLU (swish), a * sigmoid(a): the gate of SwiGLU (LLaMA's MLP).
+struct Silu {
+  static constexpr int arity = 1;
+  static constexpr const char* name = "silu";
+  static constexpr bool linear = false;
+  template <class T> SHARDEX_HD T f(T a) const { return a * Sigmoid::value(a); }
+  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+    const T s = Sigmoid::value(a);
+    ga += g * (s + a * s * (T(1) - s));
+  }
+};
 
 // ---- the list -------------------------------------------------------------------------
 template <class... Ops>
@@ -104,7 +168,7 @@ struct op_list {
   static constexpr int size = sizeof...(Ops);
 };
 /// Every element-wise operation. A new one is a struct above plus its name here.
-using all_ops = op_list<Add, Sub, Mul, Neg, Scale, Gelu, Relu, Tanh, Exp>;
+using all_ops = op_list<Add, Sub, Mul, Div, Neg, Scale, Gelu, Relu, Tanh, Exp, Sqrt, Rsqrt, Log, Sigmoid, Silu>;
 
 /// An instruction's operation in a fused program: 0 reads a leaf, 1 + i runs
 /// the i-th operation of `all_ops`.
@@ -122,6 +186,6 @@ constexpr OpCode code_in(op_list<Ops...>) {
 
 template <class Op>
 inline constexpr OpCode code_of = detail::code_in<Op>(all_ops{});
-static_assert(code_of<Add> == 1 && code_of<Exp> == all_ops::size, SHARDEX_ERR_OP_CODES_FOLLOW_LIST);
+static_assert(code_of<Add> == 1 && code_of<Silu> == all_ops::size, SHARDEX_ERR_OP_CODES_FOLLOW_LIST);
 
 }  // namespace shardex::ops

@@ -51,6 +51,7 @@ template <class Op, class A> struct elementwise_layout<Op, A> {
 template <class A, class B> struct elementwise_layout<ops::Add, A, B> { using type = typename rules::add<A, B>::type; };
 template <class A, class B> struct elementwise_layout<ops::Sub, A, B> { using type = typename rules::add<A, B>::type; };
 template <class A, class B> struct elementwise_layout<ops::Mul, A, B> { using type = typename rules::mul<A, B>::type; };
+template <class A, class B> struct elementwise_layout<ops::Div, A, B> { using type = typename rules::div<A, B>::type; };
 
 template <class Op, class... Args>
 struct elementwise_layout_of {
@@ -113,6 +114,12 @@ template <TensorExpr A> auto gelu(const A& a) { return Elementwise<ops::Gelu, A>
 template <TensorExpr A> auto relu(const A& a) { return Elementwise<ops::Relu, A>(ops::Relu{}, a); }
 template <TensorExpr A> auto tanh(const A& a) { return Elementwise<ops::Tanh, A>(ops::Tanh{}, a); }
 template <TensorExpr A> auto exp(const A& a) { return Elementwise<ops::Exp, A>(ops::Exp{}, a); }
+template <TensorExpr A, TensorExpr B> auto operator/(const A& a, const B& b) { return Elementwise<ops::Div, A, B>(ops::Div{}, a, b); }
+template <TensorExpr A> auto sqrt(const A& a) { return Elementwise<ops::Sqrt, A>(ops::Sqrt{}, a); }
+template <TensorExpr A> auto rsqrt(const A& a) { return Elementwise<ops::Rsqrt, A>(ops::Rsqrt{}, a); }
+template <TensorExpr A> auto log(const A& a) { return Elementwise<ops::Log, A>(ops::Log{}, a); }
+template <TensorExpr A> auto sigmoid(const A& a) { return Elementwise<ops::Sigmoid, A>(ops::Sigmoid{}, a); }
+template <TensorExpr A> auto silu(const A& a) { return Elementwise<ops::Silu, A>(ops::Silu{}, a); }
 /// x + b with the 1-d `b` broadcast along x's last dim (see rules::bias).
 template <TensorExpr X, TensorExpr B>
 auto add_bias(const X& x, const B& b) {

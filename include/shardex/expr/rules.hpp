@@ -64,6 +64,15 @@ struct mul {
   using type = std::conditional_t<partial_times_whole, Partial, A>;
 };
 
+// ---- a / b --------------------------------------------------------------------
+/// As a * b (each part of a Partial a divided by the same whole b stays a
+/// part), but never by a Partial b.
+template <LayoutTag A, LayoutTag B>
+struct div {
+  static_assert(!std::same_as<B, Partial>, SHARDEX_ERR_DIV_BY_PARTIAL);
+  using type = typename std::conditional_t<std::same_as<B, Partial>, std::type_identity<A>, mul<A, B>>::type;
+};
+
 // ---- non-linear unary functions ---------------------------------------------------
 template <LayoutTag A>
 struct nonlinear {

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// @brief The local operations on mesh tensors: matmul, add_bias, +, -, *,
-/// scaling, gelu / relu / tanh / exp, sum and sum<k>, transpose. Each is the
+/// /, scaling, gelu / relu / tanh / exp / sqrt / rsqrt / log / sigmoid / silu,
+/// sum and sum<k>, transpose. Each is the
 /// single-axis operation of expr/ run on the local tensors, and its layout
 /// rule (expr/rules.hpp) applies axis by axis: matmul of (dp: S(0), tp: R)
 /// and (dp: R, tp: S(1)) is (dp: S(0), tp: S(1)). Nothing communicates.
@@ -199,10 +200,17 @@ struct scale_fn {
   double c;
   template <class A> auto operator()(const A& a) const { return a * c; }
 };
-struct gelu_fn { template <class A> auto operator()(const A& a) const { return gelu(a); } };
-struct relu_fn { template <class A> auto operator()(const A& a) const { return relu(a); } };
-struct tanh_fn { template <class A> auto operator()(const A& a) const { return tanh(a); } };
-struct exp_fn { template <class A> auto operator()(const A& a) const { return exp(a); } };
+struct div_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a / b; } };
+/// The element-wise function Op (device/elementwise_ops.hpp) of a local tensor.
+template <class Op>
+struct unary_fn {
+  template <class A> auto operator()(const A& a) const { return Elementwise<Op, A>(Op{}, a); }
+};
+/// A non-linear element-wise function of a mesh tensor, named as its op.
+template <class Op, class A>
+auto mesh_nonlinear(const A& a) {
+  return mesh_local<rules::nonlinear>(Op::name, unary_fn<Op>{}, a);
+}
 struct sum_fn { template <class A> auto operator()(const A& a) const { return sum(a); } };
 template <int K>
 struct sum_dim_fn { template <class A> auto operator()(const A& a) const { return sum<K>(a); } };
@@ -281,22 +289,20 @@ template <MeshExpr A>
 auto operator/(const A& a, double c) {
   return detail::mesh_local<detail::keep_layout>("scale", detail::scale_fn{1.0 / c}, a);
 }
-template <MeshExpr A>
-auto gelu(const A& a) {
-  return detail::mesh_local<rules::nonlinear>("gelu", detail::gelu_fn{}, a);
+/// a / b, never by a Partial b (rules::div).
+template <MeshExpr A, MeshExpr B>
+auto operator/(const A& a, const B& b) {
+  return detail::mesh_local<rules::div>("div", detail::div_fn{}, a, b);
 }
-template <MeshExpr A>
-auto relu(const A& a) {
-  return detail::mesh_local<rules::nonlinear>("relu", detail::relu_fn{}, a);
-}
-template <MeshExpr A>
-auto tanh(const A& a) {
-  return detail::mesh_local<rules::nonlinear>("tanh", detail::tanh_fn{}, a);
-}
-template <MeshExpr A>
-auto exp(const A& a) {
-  return detail::mesh_local<rules::nonlinear>("exp", detail::exp_fn{}, a);
-}
+template <MeshExpr A> auto gelu(const A& a) { return detail::mesh_nonlinear<ops::Gelu>(a); }
+template <MeshExpr A> auto relu(const A& a) { return detail::mesh_nonlinear<ops::Relu>(a); }
+template <MeshExpr A> auto tanh(const A& a) { return detail::mesh_nonlinear<ops::Tanh>(a); }
+template <MeshExpr A> auto exp(const A& a) { return detail::mesh_nonlinear<ops::Exp>(a); }
+template <MeshExpr A> auto sqrt(const A& a) { return detail::mesh_nonlinear<ops::Sqrt>(a); }
+template <MeshExpr A> auto rsqrt(const A& a) { return detail::mesh_nonlinear<ops::Rsqrt>(a); }
+template <MeshExpr A> auto log(const A& a) { return detail::mesh_nonlinear<ops::Log>(a); }
+template <MeshExpr A> auto sigmoid(const A& a) { return detail::mesh_nonlinear<ops::Sigmoid>(a); }
+template <MeshExpr A> auto silu(const A& a) { return detail::mesh_nonlinear<ops::Silu>(a); }
 /// The sum of all elements: S(d) -> P on its axis, the others keep.
 template <MeshExpr A>
 auto sum(const A& a) {
