@@ -404,7 +404,7 @@ TEST_CASE("finite differences: Megatron MLP block, Replicated and Invariant loss
   CHECK(st.nonzero >= std::max(6, st.checked / 4));
 }
 
-TEST_CASE("finite differences: a SwiGLU block (silu gate), sigmoid, sqrt, rsqrt, log, division, P / R") {
+TEST_CASE("finite differences: a SwiGLU block (silu gate), sigmoid, sqrt, rsqrt, log, division, P / R, x + c, c - x") {
   const int n = comm().size();
   auto rng = test::shared_rng(151);
   FdStats st;
@@ -423,7 +423,7 @@ TEST_CASE("finite differences: a SwiGLU block (silu gate), sigmoid, sqrt, rsqrt,
       auto q = p / exp(d * 0.5);                                       // P / R: P
       auto y = all_reduce(q);                                          // R
       auto e = exp(y * 0.4);                                           // positive
-      return sum(sqrt(e) + rsqrt(e) * sigmoid(y) + log(e + exp(d)) * 0.3 - y / (e + 1.0 * exp(d)));
+      return sum(sqrt(e) + rsqrt(e) * (1.0 - sigmoid(y)) + log(e + exp(d)) * 0.3 - y / (e + 1.0) + log(0.5 + e - 0.25));
     };
     backward(loss_expr());
     fd_check_all([&] { return objective(eval(loss_expr())); },

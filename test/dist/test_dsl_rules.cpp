@@ -1,6 +1,6 @@
 // Every layout rule of the local operations (expr/rules.hpp) against a
 // single-rank reference on random data: matmul (all seven 2-d rules),
-// element-wise +, -, *, / (P / R too), unary -, scaling and gelu/relu/tanh/exp/
+// element-wise +, -, *, / (P / R too), unary -, scaling, + c, - c and gelu/relu/tanh/exp/
 // sqrt/rsqrt/log/sigmoid/silu, add_bias,
 // sum over all dims and over one dim, transpose; the one-pass fusion of an
 // element-wise tree (one autodiff node whose inputs are the leaves); and the
@@ -450,6 +450,10 @@ void check_elementwise(const Shape& s, const Lens& ls, Dice& dice) {
     holds(sigmoid(a.t * 30.0), map(a.ref, [](double x) { return 1 / (1 + std::exp(-30 * x)); }), "sigmoid(30 a)");
     holds(silu(a.t), map(a.ref, [](double x) { return x / (1 + std::exp(-x)); }), "silu(a)");
     holds(b.t / exp(a.t), zip(b.ref, pos, std::divides<>{}), "b / exp(a)");
+    holds(a.t + 0.75, map(a.ref, [](double x) { return x + 0.75; }), "a + c");
+    holds(0.75 + a.t, map(a.ref, [](double x) { return 0.75 + x; }), "c + a");
+    holds(a.t - 0.75, map(a.ref, [](double x) { return x - 0.75; }), "a - c");
+    holds(0.75 - a.t, map(a.ref, [](double x) { return 0.75 - x; }), "c - a");
   } else {
     // P * R and R * P -> P: each rank scales its part; the sum over ranks is (sum p) * r.
     auto r = input<T, R>(s, dice.seed());

@@ -559,7 +559,7 @@ auto swiglu_loss(const M& mesh, const WC& w1, const WC& w3, const WR& w2, const 
   auto h = silu(matmul(replicate<tp>(x), replicate<dp>(w1))) * matmul(replicate<tp>(x), replicate<dp>(w3));  // (dp: S(0), tp: S(1))
   auto y = all_reduce<tp, Invariant>(matmul(h, replicate<dp>(w2)));                                       // (dp: S(0), tp: I)
   auto e = exp(y * 0.5);
-  return all_reduce<dp, Invariant>(sum(sqrt(e) * sigmoid(y) + log(e) / e) / 12.0);  // (dp: I, tp: I)
+  return all_reduce<dp, Invariant>(sum(sqrt(e) * (1.0 - sigmoid(y)) + log(e + 1.0) / e) / 12.0);  // (dp: I, tp: I)
 }
 
 }  // namespace

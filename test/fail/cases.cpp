@@ -139,6 +139,9 @@ void cases(const mpi::Communicator& comm) {
 #elif SHARDEX_FAIL_CASE == 32
   // expect: shardex::operator/(a, b) with b Partial: dividing by a pending sum is not the sum of dividing by its parts
   auto y = eval(r / p);
+#elif SHARDEX_FAIL_CASE == 33
+  // expect: a + c (or a - c, c - a) with a Partial: every rank would add c to its part
+  auto y = eval(1.0 - p);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

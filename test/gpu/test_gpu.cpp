@@ -176,7 +176,7 @@ void local_math(std::uint64_t seed) {
     // The other non-linear ops and division, fused likewise (positive where they need it).
     const auto f2 = [](const auto& x, const auto& y, const auto& z) {
       const auto e = exp(x * 0.5);
-      return silu(y) * sigmoid(z) + sqrt(e) - rsqrt(e) * log(e + exp(y)) + z / e;
+      return silu(y) * (1.0 - sigmoid(z)) + sqrt(e) - rsqrt(e) * log(e + exp(y)) + z / (e + 0.5);
     };
     {
       Tensor<T, R> yh = f2(a, b, c);

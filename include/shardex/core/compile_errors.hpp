@@ -100,6 +100,9 @@
 #define SHARDEX_ERR_DIV_BY_PARTIAL \
   "shardex::operator/(a, b) with b Partial: dividing by a pending sum is not the sum of dividing by its " \
   "parts; all_reduce(b) first (a Partial a over a whole b is fine: each part is divided alike)"
+#define SHARDEX_ERR_SHIFT_PARTIAL \
+  "shardex: a + c (or a - c, c - a) with a Partial: every rank would add c to its part, so the sum would " \
+  "hold c once per rank; all_reduce(a) first"
 #define SHARDEX_ERR_MUL_LAYOUTS \
   "shardex::operator*(a, b) requires a and b to have the same layout (or one Partial and one " \
   "Replicated); insert redistribute<To>(...) on one operand"

@@ -67,6 +67,18 @@ struct Scale {
   template <class T> SHARDEX_HD void df(T, T g, T& ga) const { ga += static_cast<T>(alpha) * g; }
 };
 
+// ---- unary, affine ----------------------------------------------------------------
+/// x + c (c held as double). Not linear: on a Partial tensor it would add c
+/// once per rank, so its rule (rules::shift) refuses Partial.
+struct Shift {
+  static constexpr int arity = 1;
+  static constexpr const char* name = "shift";
+  static constexpr bool linear = false;
+  double c = 0.0;
+  template <class T> SHARDEX_HD T f(T a) const { return a + static_cast<T>(c); }
+  template <class T> SHARDEX_HD void df(T, T g, T& ga) const { ga += g; }
+};
+
 // ---- unary, non-linear ------------------------------------------------------------
 /// GeLU, tanh approximation (as Megatron and GPT-2 use).
 struct Gelu {
@@ -168,7 +180,7 @@ struct op_list {
   static constexpr int size = sizeof...(Ops);
 };
 /// Every element-wise operation. A new one is a struct above plus its name here.
-using all_ops = op_list<Add, Sub, Mul, Div, Neg, Scale, Gelu, Relu, Tanh, Exp, Sqrt, Rsqrt, Log, Sigmoid, Silu>;
+using all_ops = op_list<Add, Sub, Mul, Div, Neg, Scale, Shift, Gelu, Relu, Tanh, Exp, Sqrt, Rsqrt, Log, Sigmoid, Silu>;
 
 /// An instruction's operation in a fused program: 0 reads a leaf, 1 + i runs
 /// the i-th operation of `all_ops`.

@@ -52,6 +52,7 @@ template <class A, class B> struct elementwise_layout<ops::Add, A, B> { using ty
 template <class A, class B> struct elementwise_layout<ops::Sub, A, B> { using type = typename rules::add<A, B>::type; };
 template <class A, class B> struct elementwise_layout<ops::Mul, A, B> { using type = typename rules::mul<A, B>::type; };
 template <class A, class B> struct elementwise_layout<ops::Div, A, B> { using type = typename rules::div<A, B>::type; };
+template <class A> struct elementwise_layout<ops::Shift, A> { using type = typename rules::shift<A>::type; };
 
 template <class Op, class... Args>
 struct elementwise_layout_of {
@@ -110,6 +111,10 @@ template <TensorExpr A> auto operator*(const A& a, double c) { return Elementwis
 template <TensorExpr A> auto operator*(double c, const A& a) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
 template <TensorExpr A> auto operator/(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{1.0 / c}, a); }
 template <TensorExpr A> auto scale(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
+template <TensorExpr A> auto operator+(const A& a, double c) { return Elementwise<ops::Shift, A>(ops::Shift{c}, a); }
+template <TensorExpr A> auto operator+(double c, const A& a) { return a + c; }
+template <TensorExpr A> auto operator-(const A& a, double c) { return a + (-c); }
+template <TensorExpr A> auto operator-(double c, const A& a) { return -a + c; }
 template <TensorExpr A> auto gelu(const A& a) { return Elementwise<ops::Gelu, A>(ops::Gelu{}, a); }
 template <TensorExpr A> auto relu(const A& a) { return Elementwise<ops::Relu, A>(ops::Relu{}, a); }
 template <TensorExpr A> auto tanh(const A& a) { return Elementwise<ops::Tanh, A>(ops::Tanh{}, a); }

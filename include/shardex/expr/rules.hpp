@@ -73,6 +73,13 @@ struct div {
   using type = typename std::conditional_t<std::same_as<B, Partial>, std::type_identity<A>, mul<A, B>>::type;
 };
 
+// ---- a + c (a constant) -------------------------------------------------------------
+template <LayoutTag A>
+struct shift {
+  static_assert(!std::same_as<A, Partial>, SHARDEX_ERR_SHIFT_PARTIAL);
+  using type = A;
+};
+
 // ---- non-linear unary functions ---------------------------------------------------
 template <LayoutTag A>
 struct nonlinear {

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// @brief The local operations on mesh tensors: matmul, add_bias, +, -, *,
-/// /, scaling, gelu / relu / tanh / exp / sqrt / rsqrt / log / sigmoid / silu,
+/// /, scaling, + c and - c, gelu / relu / tanh / exp / sqrt / rsqrt / log / sigmoid / silu,
 /// sum and sum<k>, transpose. Each is the
 /// single-axis operation of expr/ run on the local tensors, and its layout
 /// rule (expr/rules.hpp) applies axis by axis: matmul of (dp: S(0), tp: R)
@@ -196,15 +196,13 @@ struct add_fn { template <class A, class B> auto operator()(const A& a, const B&
 struct sub_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a - b; } };
 struct mul_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a * b; } };
 struct neg_fn { template <class A> auto operator()(const A& a) const { return -a; } };
-struct scale_fn {
-  double c;
-  template <class A> auto operator()(const A& a) const { return a * c; }
-};
 struct div_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a / b; } };
-/// The element-wise function Op (device/elementwise_ops.hpp) of a local tensor.
+/// The element-wise function `op` (device/elementwise_ops.hpp; with its
+/// parameter, as Shift's c) of a local tensor.
 template <class Op>
 struct unary_fn {
-  template <class A> auto operator()(const A& a) const { return Elementwise<Op, A>(Op{}, a); }
+  Op op{};
+  template <class A> auto operator()(const A& a) const { return Elementwise<Op, A>(op, a); }
 };
 /// A non-linear element-wise function of a mesh tensor, named as its op.
 template <class Op, class A>
@@ -279,15 +277,32 @@ auto operator-(const A& a) {
 }
 template <MeshExpr A>
 auto operator*(const A& a, double c) {
-  return detail::mesh_local<detail::keep_layout>("scale", detail::scale_fn{c}, a);
+  return detail::mesh_local<detail::keep_layout>("scale", detail::unary_fn<ops::Scale>{ops::Scale{c}}, a);
 }
 template <MeshExpr A>
 auto operator*(double c, const A& a) {
   return a * c;
 }
+/// a + c: never of a Partial axis (rules::shift).
+template <MeshExpr A>
+auto operator+(const A& a, double c) {
+  return detail::mesh_local<rules::shift>("shift", detail::unary_fn<ops::Shift>{ops::Shift{c}}, a);
+}
+template <MeshExpr A>
+auto operator+(double c, const A& a) {
+  return a + c;
+}
+template <MeshExpr A>
+auto operator-(const A& a, double c) {
+  return a + (-c);
+}
+template <MeshExpr A>
+auto operator-(double c, const A& a) {
+  return -a + c;
+}
 template <MeshExpr A>
 auto operator/(const A& a, double c) {
-  return detail::mesh_local<detail::keep_layout>("scale", detail::scale_fn{1.0 / c}, a);
+  return detail::mesh_local<detail::keep_layout>("scale", detail::unary_fn<ops::Scale>{ops::Scale{1.0 / c}}, a);
 }
 /// a / b, never by a Partial b (rules::div).
 template <MeshExpr A, MeshExpr B>
