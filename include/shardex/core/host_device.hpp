@@ -63,34 +63,25 @@ SHARDEX_HD inline T tanh(T a) {
 #endif
 }
 
-template <class T>
-SHARDEX_HD inline T exp(T a) {
+// exp, sqrt, log: CUDA's float and double overloads in device code (std:: is
+// host-only there), std:: on the host.
 #if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<T, float>) return ::expf(a);
-  else return ::exp(a);
+#define SHARDEX_MATH_FUNCTION(fn)                           \
+  template <class T>                                        \
+  SHARDEX_HD inline T fn(T a) {                             \
+    if constexpr (std::is_same_v<T, float>) return ::fn##f(a); \
+    else return ::fn(a);                                    \
+  }
 #else
-  return std::exp(a);
+#define SHARDEX_MATH_FUNCTION(fn) \
+  template <class T>              \
+  SHARDEX_HD inline T fn(T a) {   \
+    return std::fn(a);            \
+  }
 #endif
-}
-
-template <class T>
-SHARDEX_HD inline T sqrt(T a) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<T, float>) return ::sqrtf(a);
-  else return ::sqrt(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-
-template <class T>
-SHARDEX_HD inline T log(T a) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<T, float>) return ::logf(a);
-  else return ::log(a);
-#else
-  return std::log(a);
-#endif
-}
+SHARDEX_MATH_FUNCTION(exp)
+SHARDEX_MATH_FUNCTION(sqrt)
+SHARDEX_MATH_FUNCTION(log)
+#undef SHARDEX_MATH_FUNCTION
 
 }  // namespace shardex::math
