@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
     line("load", n, t_load);
     line("load", 1, t_load1);
     std::cout << "checkpoint of " << size_mib << " MiB on " << n << " ranks: save " << size_mib / t_save << " MiB/s ("
-              << t_save1 / t_save << "x one rank's " << size_mib / t_save1 << "), load " << size_mib / t_load << " MiB/s ("
-              << t_load1 / t_load << "x one rank's " << size_mib / t_load1 << ")\n";
+              << t_save1 / t_save << "x one rank's " << size_mib / t_save1 << "), load " << size_mib / t_load
+              << " MiB/s (" << t_load1 / t_load << "x one rank's " << size_mib / t_load1 << ")\n";
   }
   comm.barrier();
   if (comm.rank() == 0) std::filesystem::remove(par), std::filesystem::remove(one);

@@ -50,16 +50,19 @@ double time_ms(int reps, F&& step, S&& sync) {
 }
 
 template <class Dev>
-Tensor<float, Replicated, Dev> param(const mpi::Communicator& host, const typename Dev::communicator& comm, const Shape& s,
-                                     std::uint64_t seed, float scale) {
+Tensor<float, Replicated, Dev> param(const mpi::Communicator& host, const typename Dev::communicator& comm,
+                                     const Shape& s, std::uint64_t seed, float scale) {
   auto h = Tensor<float, Replicated>::normal(host, s, seed, 0.f, scale);
-  if constexpr (std::same_as<Dev, Host>) return h.requires_grad();
-  else return to<Dev>(h, comm).requires_grad();
+  if constexpr (std::same_as<Dev, Host>)
+    return h.requires_grad();
+  else
+    return to<Dev>(h, comm).requires_grad();
 }
 
 /// One forward + backward of y = gelu(x A + a) B, loss = sum(y * y).
 template <class Dev>
-auto mlp_step(const mpi::Communicator& host, const typename Dev::communicator& comm, std::int64_t batch, std::int64_t hidden) {
+auto mlp_step(const mpi::Communicator& host, const typename Dev::communicator& comm, std::int64_t batch,
+              std::int64_t hidden) {
   auto x = param<Dev>(host, comm, {batch, hidden}, 1, 1.f);
   auto A = param<Dev>(host, comm, {hidden, 4 * hidden}, 2, 0.02f);
   auto a = param<Dev>(host, comm, {4 * hidden}, 3, 0.02f);
@@ -74,7 +77,8 @@ auto mlp_step(const mpi::Communicator& host, const typename Dev::communicator& c
 
 /// One forward + backward of softmax(q k^T / sqrt(dh)) v over (seq, heads, dh).
 template <class Dev>
-auto attention_step(const mpi::Communicator& host, const typename Dev::communicator& comm, std::int64_t seq, std::int64_t hidden) {
+auto attention_step(const mpi::Communicator& host, const typename Dev::communicator& comm, std::int64_t seq,
+                    std::int64_t hidden) {
   const std::int64_t heads = std::max<std::int64_t>(1, hidden / 64), dh = hidden / heads;
   auto q = param<Dev>(host, comm, {seq, heads, dh}, 5, 1.f);
   auto k = param<Dev>(host, comm, {seq, heads, dh}, 6, 1.f);

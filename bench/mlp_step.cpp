@@ -51,11 +51,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const std::int64_t v = std::stoll(argv[i + 1]);
-    if (a == "--tokens") T = v;
-    else if (a == "--hidden") H = v;
-    else if (a == "--ffn") F = v;
-    else if (a == "--steps") steps = v;
-    else if (a == "--warmup") warmup = v;
+    if (a == "--tokens")
+      T = v;
+    else if (a == "--hidden")
+      H = v;
+    else if (a == "--ffn")
+      F = v;
+    else if (a == "--steps")
+      steps = v;
+    else if (a == "--warmup")
+      warmup = v;
     else {
       if (comm.rank() == 0) std::cerr << "bench_mlp_step: unknown flag " << a << "\n";
       return 2;
@@ -139,13 +144,15 @@ int main(int argc, char** argv) {
   }
   if (comm.rank() == 0) {
     const double step = median(step_ms), cm = median(comm_ms);
-    std::cout << "{\"bench\":\"mlp_step\",\"impl\":\"shardex\",\"ranks\":" << n << ",\"threads_per_rank\":" << host::threads() << ",\"tokens\":" << T
-              << ",\"hidden\":" << H << ",\"ffn\":" << F << ",\"dtype\":\"float32\",\"step_ms\":" << step << ",\"comm_ms\":" << cm
+    std::cout << "{\"bench\":\"mlp_step\",\"impl\":\"shardex\",\"ranks\":" << n
+              << ",\"threads_per_rank\":" << host::threads() << ",\"tokens\":" << T << ",\"hidden\":" << H
+              << ",\"ffn\":" << F << ",\"dtype\":\"float32\",\"step_ms\":" << step << ",\"comm_ms\":" << cm
               << ",\"compute_ms\":" << (cm >= 0 ? step - cm : -1) << ",\"steps\":" << steps
-              << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9 << ",\"gemm_gflops_per_rank\":" << gflops_per_s
-              << ",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << step / floor_ms
-              << ",\"traced_step_ms\":" << median(traced_ms) << ",\"trace_on_ratio\":" << median(traced_ms) / step
-              << ",\"spans_per_step\":" << spans_per_step << ",\"span_off_ns\":" << span_off_ns
+              << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9
+              << ",\"gemm_gflops_per_rank\":" << gflops_per_s << ",\"gemm_floor_ms\":" << floor_ms
+              << ",\"vs_floor\":" << step / floor_ms << ",\"traced_step_ms\":" << median(traced_ms)
+              << ",\"trace_on_ratio\":" << median(traced_ms) / step << ",\"spans_per_step\":" << spans_per_step
+              << ",\"span_off_ns\":" << span_off_ns
               << ",\"trace_off_fraction\":" << spans_per_step * span_off_ns * 1e-6 / step << "}" << std::endl;
   }
   return 0;

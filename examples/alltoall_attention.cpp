@@ -22,10 +22,16 @@ struct UlyssesAttention {
   std::vector<std::int64_t> seq_lens, head_lens;
   Tensor<T, Invariant, Dev> wq, wk, wv, wo;  // (hidden, hidden)
 
-  UlyssesAttention(const typename Dev::communicator& comm, std::int64_t heads_, std::int64_t dh_, std::vector<std::int64_t> seq,
-                   std::vector<std::int64_t> hl, std::uint64_t seed)
-      : heads(heads_), dh(dh_), seq_lens(std::move(seq)), head_lens(std::move(hl)),
-        wq(init(comm, seed)), wk(init(comm, seed + 1)), wv(init(comm, seed + 2)), wo(init(comm, seed + 3)) {}
+  UlyssesAttention(const typename Dev::communicator& comm, std::int64_t heads_, std::int64_t dh_,
+                   std::vector<std::int64_t> seq, std::vector<std::int64_t> hl, std::uint64_t seed)
+      : heads(heads_),
+        dh(dh_),
+        seq_lens(std::move(seq)),
+        head_lens(std::move(hl)),
+        wq(init(comm, seed)),
+        wk(init(comm, seed + 1)),
+        wv(init(comm, seed + 2)),
+        wo(init(comm, seed + 3)) {}
 
   Tensor<T, Invariant, Dev> init(const typename Dev::communicator& comm, std::uint64_t seed) const {
     const std::int64_t hidden = heads * dh;
@@ -39,15 +45,16 @@ struct UlyssesAttention {
     const auto by_head = [&](const Tensor<T, Invariant, Dev>& w) {  // S(0) (seq, heads, dh) -> S(1)
       return all_to_all<Sharded<1>>(reshape(matmul(x, replicate(w)), {seq, heads, dh}), head_lens);
     };
-    auto o = attention(by_head(wq), by_head(wk), by_head(wv));                  // local per head: S(1)
+    auto o = attention(by_head(wq), by_head(wk), by_head(wv));                    // local per head: S(1)
     auto back = reshape(all_to_all<Sharded<0>>(o, seq_lens), {seq, heads * dh});  // S(0) (seq, hidden)
     return matmul(back, replicate(wo));
   }
 };
 
 template <class T, class Dev>
-example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& seq_lens,
-             const std::vector<std::int64_t>& head_lens, bool report) {
+example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f,
+                      const std::vector<std::int64_t>& seq_lens, const std::vector<std::int64_t>& head_lens,
+                      bool report) {
   const std::int64_t seq = f.integer("seq"), heads = f.integer("heads"), dh = f.integer("dh");
   const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
   const UlyssesAttention<T, Dev> teacher(comm, heads, dh, seq_lens, head_lens, seed + 100);
@@ -57,8 +64,9 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
   const double lr = f.real("lr");
   for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = example::normal<Dev, T, Sharded<0>>(comm, {seq, heads * dh}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1),
-                                           layout_mapping<Sharded<0>>(seq_lens));
+    auto x = example::normal<Dev, T, Sharded<0>>(comm, {seq, heads * dh},
+                                                 seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1),
+                                                 layout_mapping<Sharded<0>>(seq_lens));
     Tensor<T, Sharded<0>, Dev> target = teacher(x);
     Tensor<T, Sharded<0>, Dev> y = model(x);
     auto d = y - target;
@@ -96,7 +104,16 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
 
 int main(int argc, char** argv) {
   return example::main(argc, argv, "alltoall_attention: sequence-sharded attention through head-sharding all_to_alls",
-                       {{"seq", "16"}, {"heads", "6"}, {"dh", "4"}, {"steps", "20"}, {"batches", "4"}, {"lr", "0.5"}, {"seed", "1"},
-                        {"dtype", "double"}, {"speeds", ""}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
+                       {{"seq", "16"},
+                        {"heads", "6"},
+                        {"dh", "4"},
+                        {"steps", "20"},
+                        {"batches", "4"},
+                        {"lr", "0.5"},
+                        {"seed", "1"},
+                        {"dtype", "double"},
+                        {"speeds", ""}},
+                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
+                         return compare<decltype(t), decltype(dev)>(comm, f);
+                       });
 }

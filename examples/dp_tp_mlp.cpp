@@ -45,18 +45,22 @@ template <class T, class Dev, class Ls>
 MeshTensor<T, MeshOf<Dev>, Ls> normal(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const Shape& global,
                                       std::uint64_t seed, T stddev, typename Ls::mappings ms = {}) {
   const auto h = MeshTensor<T, MeshOf<Host>, Ls>::normal(host, global, seed, T(0), stddev, std::move(ms));
-  if constexpr (std::same_as<Dev, Host>) return h;
-  else return to_mesh(h, mesh);
+  if constexpr (std::same_as<Dev, Host>)
+    return h;
+  else
+    return to_mesh(h, mesh);
 }
 
 /// A parameter of a checkpoint, loaded on the host mesh (in this run's
 /// layouts and lengths), then moved to the device's.
 template <class T, class Dev, class Ls>
-MeshTensor<T, MeshOf<Dev>, Ls> reload(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const std::string& path, const std::string& name,
-                                      typename Ls::mappings ms = {}) {
+MeshTensor<T, MeshOf<Dev>, Ls> reload(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const std::string& path,
+                                      const std::string& name, typename Ls::mappings ms = {}) {
   const auto h = load<T, Ls>(host, path, name, std::move(ms));
-  if constexpr (std::same_as<Dev, Host>) return h;
-  else return to_mesh(h, mesh);
+  if constexpr (std::same_as<Dev, Host>)
+    return h;
+  else
+    return to_mesh(h, mesh);
 }
 
 template <class T, class Dev>
@@ -66,11 +70,13 @@ struct Mlp {
   MT<T, Dev, Invariant, Sharded<0>> B;  // (ffn, hidden)
   MT<T, Dev, Invariant, Invariant> b;   // (hidden)
 
-  Mlp(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, std::int64_t hidden, std::int64_t ffn, const std::vector<std::int64_t>& lens,
-      std::uint64_t seed)
-      : A(normal<T, Dev, per_axis<Invariant, Sharded<1>>>(host, mesh, {hidden, ffn}, seed, T(1 / std::sqrt(double(hidden))), {{}, lens})),
+  Mlp(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, std::int64_t hidden, std::int64_t ffn,
+      const std::vector<std::int64_t>& lens, std::uint64_t seed)
+      : A(normal<T, Dev, per_axis<Invariant, Sharded<1>>>(host, mesh, {hidden, ffn}, seed,
+                                                          T(1 / std::sqrt(double(hidden))), {{}, lens})),
         a(normal<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, {ffn}, seed + 1, T(0.1), {{}, lens})),
-        B(normal<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, {ffn, hidden}, seed + 2, T(1 / std::sqrt(double(ffn))), {{}, lens})),
+        B(normal<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, {ffn, hidden}, seed + 2,
+                                                          T(1 / std::sqrt(double(ffn))), {{}, lens})),
         b(normal<T, Dev, per_axis<Invariant, Invariant>>(host, mesh, {hidden}, seed + 3, T(0.1))) {}
 
   Mlp& trainable() {
@@ -81,7 +87,8 @@ struct Mlp {
   // x: (batch, hidden), (dp: S(0), tp: I).
   MT<T, Dev, Sharded<0>, Invariant> operator()(const MT<T, Dev, Sharded<0>, Invariant>& x) const {
     auto h = gelu(add_bias(matmul(replicate<tp>(x), replicate<dp>(A)), replicate<dp>(a)));  // (dp: S(0), tp: S(1))
-    return add_bias(all_reduce<tp, Invariant>(matmul(h, replicate<dp>(B))), replicate<dp>(b));  // (S(0), P) -> (S(0), I)
+    return add_bias(all_reduce<tp, Invariant>(matmul(h, replicate<dp>(B))),
+                    replicate<dp>(b));  // (S(0), P) -> (S(0), I)
   }
 };
 
@@ -93,8 +100,9 @@ Tensor<T, Invariant> gathered(const mpi::Communicator& self, const X& x) {
 }
 
 template <class T, class Dev>
-example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const example::Flags& f, const std::vector<std::int64_t>& batch_lens,
-                      const std::vector<std::int64_t>& ffn_lens, bool report) {
+example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const example::Flags& f,
+                      const std::vector<std::int64_t>& batch_lens, const std::vector<std::int64_t>& ffn_lens,
+                      bool report) {
   const std::int64_t batch = f.integer("batch"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
   const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
   const auto self = mesh.world().split(mesh.world().rank(), 0);
@@ -105,7 +113,8 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
   const double lr = example::learning_rate(f, 1.6);
   std::int64_t first = 0;
   if (!f.str("resume").empty() && f.str("resume") == f.str("save"))
-    throw example::usage_error("--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
+    throw example::usage_error(
+        "--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
   if (const std::string path = f.str("resume"); !path.empty()) {  // any mesh shape and lengths wrote it
     model.A = reload<T, Dev, per_axis<Invariant, Sharded<1>>>(host, mesh, path, "A", {{}, ffn_lens});
     model.a = reload<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, path, "a", {{}, ffn_lens});
@@ -117,9 +126,8 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
   }
   for (std::int64_t step = first; step < first + steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto x = normal<T, Dev, per_axis<Sharded<0>, Invariant>>(host, mesh, {batch, hidden},
-                                                                    seed + 1000 + std::uint64_t(step % f.integer("batches")), T(1),
-                                                                    {batch_lens, {}});
+    const auto x = normal<T, Dev, per_axis<Sharded<0>, Invariant>>(
+        host, mesh, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(1), {batch_lens, {}});
     const auto target = teacher(x);
     MT<T, Dev, Sharded<0>, Invariant> y;
     MT<T, Dev, Invariant, Invariant> loss;
@@ -131,7 +139,8 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
     });
     if (report && step == first && f.integer("explain") != 0 && mesh.world().rank() == 0)
       std::cout << "one training step on rank 0 of the " << mesh.str() << ":\n"
-                << plan.str() << "backward (derived):\n" << Plan{plan.backward, {}, {}}.str();
+                << plan.str() << "backward (derived):\n"
+                << Plan{plan.backward, {}, {}}.str();
     run.losses.push_back(to_global(loss)[0]);
     example::check_finite_loss(run.losses.back(), step, lr);
     if (step + 1 == first + steps)
@@ -144,7 +153,12 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
     example::end_step(mesh.world(), run, step - first, t0, report);
   }
   if (const std::string path = f.str("save"); report && !path.empty())
-    save(path, TensorList().add("A", model.A).add("a", model.a).add("B", model.B).add("b", model.b).metadata("step", std::to_string(first + steps)));
+    save(path, TensorList()
+                   .add("A", model.A)
+                   .add("a", model.a)
+                   .add("B", model.B)
+                   .add("b", model.b)
+                   .metadata("step", std::to_string(first + steps)));
   return run;
 }
 
@@ -177,7 +191,8 @@ std::vector<std::int64_t> axis_lengths(const example::Flags& f, const char* flag
   if (w.empty())
     for (int k = 0; k < n; ++k) w.push_back(k + 1);
   if (static_cast<int>(w.size()) != n)
-    throw example::usage_error(std::string("--") + flag + " needs " + std::to_string(n) + " weights (one per rank of the axis), not " + s);
+    throw example::usage_error(std::string("--") + flag + " needs " + std::to_string(n) +
+                               " weights (one per rank of the axis), not " + s);
   return example::split(total, w);
 }
 
@@ -186,14 +201,17 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
   const auto shape = mesh_shape(f.str("mesh"), comm.size());
   const MeshOf<Host> host(comm, shape);  // throws on every rank if the shape does not fit the world
   const MeshOf<Dev> mesh = [&] {
-    if constexpr (std::same_as<Dev, Host>) return host;
-    else return MeshOf<Dev>(comm, shape);
+    if constexpr (std::same_as<Dev, Host>)
+      return host;
+    else
+      return MeshOf<Dev>(comm, shape);
   }();
   const auto batch_lens = axis_lengths(f, "dp-speeds", f.integer("batch"), shape[0]);
   const auto ffn_lens = axis_lengths(f, "tp-speeds", f.integer("ffn"), shape[1]);
   if (comm.rank() == 0)
-    std::cout << "dp_tp_mlp: " << shape[0] << " x " << shape[1] << " mesh (dp, tp), batch lengths " << to_string(batch_lens)
-              << " over dp, ffn lengths " << to_string(ffn_lens) << " over tp, " << dtype_name<T>() << "\n";
+    std::cout << "dp_tp_mlp: " << shape[0] << " x " << shape[1] << " mesh (dp, tp), batch lengths "
+              << to_string(batch_lens) << " over dp, ffn lengths " << to_string(ffn_lens) << " over tp, "
+              << dtype_name<T>() << "\n";
   const auto sharded = train<T, Dev>(host, mesh, f, batch_lens, ffn_lens, true);
   // The same model unsharded: every rank runs it alone, on a 1 x 1 mesh.
   const MeshOf<Host> one(comm.split(comm.rank(), 0), {1, 1});
@@ -203,9 +221,20 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
 
 int main(int argc, char** argv) {
   return example::main(argc, argv, "dp_tp_mlp: the Megatron MLP on a data x tensor-parallel mesh, uneven on both axes",
-                       {{"batch", "24"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "auto"},
-                        {"seed", "1"}, {"dtype", "double"}, {"mesh", ""}, {"dp-speeds", ""}, {"tp-speeds", ""}, {"explain", "0"},
-                        {"save", ""}, {"resume", ""}},
+                       {{"batch", "24"},
+                        {"hidden", "32"},
+                        {"ffn", "64"},
+                        {"steps", "20"},
+                        {"batches", "4"},
+                        {"lr", "auto"},
+                        {"seed", "1"},
+                        {"dtype", "double"},
+                        {"mesh", ""},
+                        {"dp-speeds", ""},
+                        {"tp-speeds", ""},
+                        {"explain", "0"},
+                        {"save", ""},
+                        {"resume", ""}},
                        [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
                          return compare<decltype(t), decltype(dev)>(comm, f);
                        });

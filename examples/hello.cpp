@@ -20,10 +20,11 @@ int main(int argc, char** argv) {
   const std::int64_t cols = std::int64_t(n) * (n + 1) / 2;
   auto x = Tensor<double, Sharded<1>>::full(comm, {2, cols}, r + 1.0, layout_mapping<Sharded<1>>(lens)).requires_grad();
 
-  auto y = all_gather(x);             // lazy: Replicated, every rank will hold the whole 2 x cols tensor
+  auto y = all_gather(x);  // lazy: Replicated, every rank will hold the whole 2 x cols tensor
   Tensor<double, Replicated> loss = sum(y) / double(n);  // runs here; each rank's loss counts 1/n
-  backward(loss);                     // the adjoint of all_gather (a reduce_scatter) runs here
+  backward(loss);                                        // the adjoint of all_gather (a reduce_scatter) runs here
 
-  const std::string line = "rank " + std::to_string(r) + ": loss " + format_local(loss) + ", grad " + format_local(x.grad());
+  const std::string line =
+      "rank " + std::to_string(r) + ": loss " + format_local(loss) + ", grad " + format_local(x.grad());
   mpi::print_in_rank_order(comm, line + "\n", std::cout);  // rank 0 prints every rank's line, in order
 }

@@ -41,11 +41,13 @@ struct Mlp {
   Tensor<T, Sharded<0>, Dev> B;  // (ffn, hidden): row-parallel
   Tensor<T, Invariant, Dev> b;   // (hidden): one shared value
 
-  Mlp(const typename Dev::communicator& comm, std::int64_t hidden, std::int64_t ffn, const std::vector<std::int64_t>& lens,
-      std::uint64_t seed)
-      : A(example::normal<Dev, T, Sharded<1>>(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))), layout_mapping<Sharded<1>>(lens))),
+  Mlp(const typename Dev::communicator& comm, std::int64_t hidden, std::int64_t ffn,
+      const std::vector<std::int64_t>& lens, std::uint64_t seed)
+      : A(example::normal<Dev, T, Sharded<1>>(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))),
+                                              layout_mapping<Sharded<1>>(lens))),
         a(example::normal<Dev, T, Sharded<0>>(comm, {ffn}, seed + 1, T(0), T(0.1), layout_mapping<Sharded<0>>(lens))),
-        B(example::normal<Dev, T, Sharded<0>>(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))), layout_mapping<Sharded<0>>(lens))),
+        B(example::normal<Dev, T, Sharded<0>>(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))),
+                                              layout_mapping<Sharded<0>>(lens))),
         b(example::normal<Dev, T, Invariant>(comm, {hidden}, seed + 3, T(0), T(0.1))) {}
 
   Mlp& trainable() {
@@ -55,8 +57,8 @@ struct Mlp {
 
   // x: (batch, hidden), one value shared by all ranks.
   Tensor<T, Invariant, Dev> operator()(const Tensor<T, Invariant, Dev>& x) const {
-    auto h = gelu(add_bias(matmul(replicate(x), A), a));        // f, then S(1): each rank its ffn columns
-    return add_bias(all_reduce<Invariant>(matmul(h, B)), b);    // S(1) x S(0) -> P, then g: P -> I
+    auto h = gelu(add_bias(matmul(replicate(x), A), a));      // f, then S(1): each rank its ffn columns
+    return add_bias(all_reduce<Invariant>(matmul(h, B)), b);  // S(1) x S(0) -> P, then g: P -> I
   }
 };
 
@@ -82,18 +84,23 @@ std::int64_t resume_state(const std::string& path, Mlp<T, Dev>& m, Opt* adam) {
   load_into(m.A, path, "A"), load_into(m.a, path, "a"), load_into(m.B, path, "B"), load_into(m.b, path, "b");
   const auto meta = read_metadata(detail::control_of(m.A.comm()), path);
   if (adam) {
-    if (!meta.contains("adam.steps")) throw example::usage_error("--resume " + path + ": the file holds no Adam state (it was saved with --optimizer sgd)");
+    if (!meta.contains("adam.steps"))
+      throw example::usage_error("--resume " + path +
+                                 ": the file holds no Adam state (it was saved with --optimizer sgd)");
     auto& [mA, ma, mB, mb] = adam->first_moments();
     auto& [vA, va, vB, vb] = adam->second_moments();
-    load_into(mA, path, "adam.m.A"), load_into(ma, path, "adam.m.a"), load_into(mB, path, "adam.m.B"), load_into(mb, path, "adam.m.b");
-    load_into(vA, path, "adam.v.A"), load_into(va, path, "adam.v.a"), load_into(vB, path, "adam.v.B"), load_into(vb, path, "adam.v.b");
+    load_into(mA, path, "adam.m.A"), load_into(ma, path, "adam.m.a"), load_into(mB, path, "adam.m.B"),
+        load_into(mb, path, "adam.m.b");
+    load_into(vA, path, "adam.v.A"), load_into(va, path, "adam.v.a"), load_into(vB, path, "adam.v.B"),
+        load_into(vb, path, "adam.v.b");
     adam->set_steps(std::stoll(meta.at("adam.steps")));
   }
   return meta.contains("step") ? std::stoll(meta.at("step")) : 0;
 }
 
 template <class T, class Dev>
-example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& lens, bool report) {
+example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f,
+                      const std::vector<std::int64_t>& lens, bool report) {
   const std::int64_t batch = f.integer("batch"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
   const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
   const Mlp<T, Dev> teacher(comm, hidden, ffn, lens, seed + 100);
@@ -105,7 +112,8 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
   // --lr auto: 1.6 / hidden for SGD (0.05 at the default width), 0.32 / hidden for Adam.
   const double lr = example::learning_rate(f, use_adam ? 0.32 : 1.6);
   // Adam's update runs on host tensors.
-  using Opt = std::conditional_t<std::same_as<Dev, Host>, Adam<decltype(model.A), decltype(model.a), decltype(model.B), decltype(model.b)>, int>;
+  using Opt = std::conditional_t<std::same_as<Dev, Host>,
+                                 Adam<decltype(model.A), decltype(model.a), decltype(model.B), decltype(model.b)>, int>;
   std::optional<Opt> adam;
   if constexpr (std::same_as<Dev, Host>) {
     if (use_adam) adam.emplace(AdamOptions{.lr = lr}, model.A, model.a, model.B, model.b);
@@ -113,7 +121,8 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     throw example::usage_error("--optimizer adam runs on the host only (--backend mpi)");
   }
   if (!f.str("resume").empty() && f.str("resume") == f.str("save"))
-    throw example::usage_error("--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
+    throw example::usage_error(
+        "--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
   if (!std::same_as<Dev, Host> && !(f.str("resume").empty() && f.str("save").empty()))
     throw example::usage_error("--save and --resume run on the host only (--backend mpi)");
   Opt* opt = adam ? &*adam : nullptr;
@@ -122,14 +131,16 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     if (!f.str("resume").empty()) first = resume_state(f.str("resume"), model, opt);
   for (std::int64_t step = first; step < first + steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = example::normal<Dev, T, Invariant>(comm, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")));
+    auto x = example::normal<Dev, T, Invariant>(comm, {batch, hidden},
+                                                seed + 1000 + std::uint64_t(step % f.integer("batches")));
     Tensor<T, Invariant, Dev> target = teacher(x);
     Tensor<T, Invariant, Dev> y = model(x);
     auto d = y - target;
     Tensor<T, Invariant, Dev> loss = sum(d * d) / double(2 * batch);
     backward(loss);
     // --clip: the norm of the logical gradients (b, Invariant, counted once), every gradient scaled alike.
-    if (const double clip = f.real("clip"); clip > 0) run.grad_norms.push_back(clip_grad_norm(clip, model.A, model.a, model.B, model.b));
+    if (const double clip = f.real("clip"); clip > 0)
+      run.grad_norms.push_back(clip_grad_norm(clip, model.A, model.a, model.B, model.b));
     run.losses.push_back(example::value(loss));
     example::check_finite_loss(run.losses.back(), step, lr);
     if (step + 1 == first + steps) {  // keep the last step's output and gradients, gathered whole
@@ -140,8 +151,10 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
                   {"db", example::on_host(model.b.grad())}};
     }
     if constexpr (std::same_as<Dev, Host>) {
-      if (adam) adam->step(model.A, model.a, model.B, model.b);
-      else sgd_step(lr, model.A, model.a, model.B, model.b);
+      if (adam)
+        adam->step(model.A, model.a, model.B, model.b);
+      else
+        sgd_step(lr, model.A, model.a, model.B, model.b);
     } else {
       sgd_step(lr, model.A, model.a, model.B, model.b);
     }
@@ -154,10 +167,12 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
 
 template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("batch"), f.integer("hidden"), f.integer("ffn")));
+  const auto w =
+      example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("batch"), f.integer("hidden"), f.integer("ffn")));
   const auto lens = example::split(f.integer("ffn"), w);
   if (comm.rank() == 0)
-    std::cout << "megatron_mlp: " << comm.size() << " ranks, ffn lengths " << to_string(lens) << ", " << dtype_name<T>() << "\n";
+    std::cout << "megatron_mlp: " << comm.size() << " ranks, ffn lengths " << to_string(lens) << ", " << dtype_name<T>()
+              << "\n";
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, lens, true);
   // The same model unsharded: every rank runs it alone, on a one-rank communicator.
   const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, false);
@@ -166,8 +181,20 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
 
 int main(int argc, char** argv) {
   return example::main(argc, argv, "megatron_mlp: Megatron's tensor-parallel MLP on uneven shards",
-                       {{"batch", "16"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "auto"}, {"seed", "1"},
-                        {"dtype", "double"}, {"speeds", ""},
-                        {"optimizer", "sgd"}, {"save", ""}, {"resume", ""}, {"clip", "0"}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
+                       {{"batch", "16"},
+                        {"hidden", "32"},
+                        {"ffn", "64"},
+                        {"steps", "20"},
+                        {"batches", "4"},
+                        {"lr", "auto"},
+                        {"seed", "1"},
+                        {"dtype", "double"},
+                        {"speeds", ""},
+                        {"optimizer", "sgd"},
+                        {"save", ""},
+                        {"resume", ""},
+                        {"clip", "0"}},
+                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
+                         return compare<decltype(t), decltype(dev)>(comm, f);
+                       });
 }

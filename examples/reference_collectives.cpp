@@ -21,8 +21,8 @@ template <class Loss, class Param>
 void report(const mpi::Communicator& comm, const char* title, const char* expect, const Loss& loss, const Param& p) {
   if (comm.rank() == 0) std::cout << "testing " << title << "  (expect: " << expect << ")\n";
   std::ostringstream os;
-  os << "  rank " << comm.rank() << ": loss " << format_local(loss) << ", grad " << layout_name<dual_t<typename Param::layout_type>>()
-     << " " << format_local(p.grad()) << "\n";
+  os << "  rank " << comm.rank() << ": loss " << format_local(loss) << ", grad "
+     << layout_name<dual_t<typename Param::layout_type>>() << " " << format_local(p.grad()) << "\n";
   mpi::print_in_rank_order(comm, os.str(), std::cout);
 }
 
@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   mpi::Environment env(argc, argv);
   auto comm = mpi::Communicator::world();
   if (comm.size() != 4) {
-    if (comm.rank() == 0) std::cerr << "reference_collectives: run on 4 ranks (mpirun -n 4), not " << comm.size() << "\n";
+    if (comm.rank() == 0)
+      std::cerr << "reference_collectives: run on 4 ranks (mpirun -n 4), not " << comm.size() << "\n";
     return 2;
   }
   const int rank = comm.rank();
@@ -55,8 +56,8 @@ int main(int argc, char** argv) {
       auto p = Tensor<float, Partial>::ones(comm, {5, 10}).requires_grad();
       auto loss = eval(sum(reduce_scatter<S1>(p, s)));
       backward(loss);
-      report(comm, by_group ? "reduce_scatter_by_group_call" : "reduce_scatter", "losses proportional to rank, grads are 1",
-             loss, p);
+      report(comm, by_group ? "reduce_scatter_by_group_call" : "reduce_scatter",
+             "losses proportional to rank, grads are 1", loss, p);
     }
     {
       auto p = Tensor<float, Replicated>::ones(comm, {5, 10}).requires_grad();

@@ -19,31 +19,36 @@ using namespace shardex;
 template <class T, class Dev = Host>
 struct SequenceParallelMlp {
   std::vector<std::int64_t> tokens;  // the sequence split
-  Tensor<T, Sharded<1>, Dev> A;           // (hidden, ffn): column-parallel
-  Tensor<T, Sharded<0>, Dev> a;           // (ffn)
-  Tensor<T, Sharded<0>, Dev> B;           // (ffn, hidden): row-parallel
-  Tensor<T, Invariant, Dev> b;            // (hidden)
+  Tensor<T, Sharded<1>, Dev> A;      // (hidden, ffn): column-parallel
+  Tensor<T, Sharded<0>, Dev> a;      // (ffn)
+  Tensor<T, Sharded<0>, Dev> B;      // (ffn, hidden): row-parallel
+  Tensor<T, Invariant, Dev> b;       // (hidden)
 
-  SequenceParallelMlp(const typename Dev::communicator& comm, std::int64_t hidden, std::int64_t ffn, const std::vector<std::int64_t>& ffn_lens,
-                      std::vector<std::int64_t> token_lens, std::uint64_t seed)
+  SequenceParallelMlp(const typename Dev::communicator& comm, std::int64_t hidden, std::int64_t ffn,
+                      const std::vector<std::int64_t>& ffn_lens, std::vector<std::int64_t> token_lens,
+                      std::uint64_t seed)
       : tokens(std::move(token_lens)),
-        A(example::normal<Dev, T, Sharded<1>>(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))), layout_mapping<Sharded<1>>(ffn_lens))),
-        a(example::normal<Dev, T, Sharded<0>>(comm, {ffn}, seed + 1, T(0), T(0.1), layout_mapping<Sharded<0>>(ffn_lens))),
-        B(example::normal<Dev, T, Sharded<0>>(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))), layout_mapping<Sharded<0>>(ffn_lens))),
+        A(example::normal<Dev, T, Sharded<1>>(comm, {hidden, ffn}, seed, T(0), T(1 / std::sqrt(double(hidden))),
+                                              layout_mapping<Sharded<1>>(ffn_lens))),
+        a(example::normal<Dev, T, Sharded<0>>(comm, {ffn}, seed + 1, T(0), T(0.1),
+                                              layout_mapping<Sharded<0>>(ffn_lens))),
+        B(example::normal<Dev, T, Sharded<0>>(comm, {ffn, hidden}, seed + 2, T(0), T(1 / std::sqrt(double(ffn))),
+                                              layout_mapping<Sharded<0>>(ffn_lens))),
         b(example::normal<Dev, T, Invariant>(comm, {hidden}, seed + 3, T(0), T(0.1))) {}
 
   void trainable() { A.requires_grad(), a.requires_grad(), B.requires_grad(), b.requires_grad(); }
 
   // x: (tokens, hidden), each rank its tokens.
   Tensor<T, Sharded<0>, Dev> operator()(const Tensor<T, Sharded<0>, Dev>& x) const {
-    auto h = gelu(add_bias(matmul(all_gather(x), A), a));                            // R x S(1) -> S(1)
+    auto h = gelu(add_bias(matmul(all_gather(x), A), a));                             // R x S(1) -> S(1)
     return add_bias(reduce_scatter<Sharded<0>>(matmul(h, B), tokens), replicate(b));  // P -> S(0), + b
   }
 };
 
 template <class T, class Dev>
-example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f, const std::vector<std::int64_t>& ffn_lens,
-             const std::vector<std::int64_t>& token_lens, bool report) {
+example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f,
+                      const std::vector<std::int64_t>& ffn_lens, const std::vector<std::int64_t>& token_lens,
+                      bool report) {
   const std::int64_t tokens = f.integer("tokens"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
   const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
   const SequenceParallelMlp<T, Dev> teacher(comm, hidden, ffn, ffn_lens, token_lens, seed + 100);
@@ -54,7 +59,8 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
   const double lr = example::learning_rate(f, 1.6);  // --lr auto: 1.6 / hidden (0.05 at the default width)
   for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = example::normal<Dev, T, Sharded<0>>(comm, {tokens, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1), by_token);
+    auto x = example::normal<Dev, T, Sharded<0>>(
+        comm, {tokens, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1), by_token);
     Tensor<T, Sharded<0>, Dev> target = teacher(x);
     Tensor<T, Sharded<0>, Dev> y = model(x);
     auto d = y - target;
@@ -77,7 +83,8 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
 
 template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("tokens"), f.integer("hidden"), f.integer("ffn")));
+  const auto w =
+      example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("tokens"), f.integer("hidden"), f.integer("ffn")));
   const auto ffn_lens = example::split(f.integer("ffn"), w);
   const auto token_lens = example::split(f.integer("tokens"), w);
   if (comm.rank() == 0)
@@ -90,7 +97,16 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
 
 int main(int argc, char** argv) {
   return example::main(argc, argv, "sequence_parallel_mlp: the Megatron MLP with sequence parallelism",
-                       {{"tokens", "24"}, {"hidden", "32"}, {"ffn", "64"}, {"steps", "20"}, {"batches", "4"}, {"lr", "auto"}, {"seed", "1"},
-                        {"dtype", "double"}, {"speeds", ""}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) { return compare<decltype(t), decltype(dev)>(comm, f); });
+                       {{"tokens", "24"},
+                        {"hidden", "32"},
+                        {"ffn", "64"},
+                        {"steps", "20"},
+                        {"batches", "4"},
+                        {"lr", "auto"},
+                        {"seed", "1"},
+                        {"dtype", "double"},
+                        {"speeds", ""}},
+                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
+                         return compare<decltype(t), decltype(dev)>(comm, f);
+                       });
 }

@@ -7,7 +7,8 @@
 // One clear error below C++20 (concepts, std::span), and none of the
 // thousand that would follow: the missing header after it ends the compilation.
 #if !defined(__cplusplus) || __cplusplus < 202002L
-#error "shardex needs C++20: compile with -std=c++20 (Meson: default_options: ['cpp_std=c++20']; CMake: cxx_std_20, which shardex::shardex carries)"
+#error \
+    "shardex needs C++20: compile with -std=c++20 (Meson: default_options: ['cpp_std=c++20']; CMake: cxx_std_20, which shardex::shardex carries)"
 #include <shardex/stop_here_the_compiler_is_below_cxx20>
 #endif
 

@@ -38,10 +38,14 @@ namespace {
 /// The MPI datatype of the header's Dtype (which names no MPI type).
 MPI_Datatype mpi_type(Dtype t) {
   switch (t) {
-    case Dtype::f32: return MPI_FLOAT;
-    case Dtype::f64: return MPI_DOUBLE;
-    case Dtype::i64: return MPI_INT64_T;
-    case Dtype::i8: return MPI_CHAR;
+    case Dtype::f32:
+      return MPI_FLOAT;
+    case Dtype::f64:
+      return MPI_DOUBLE;
+    case Dtype::i64:
+      return MPI_INT64_T;
+    case Dtype::i8:
+      return MPI_CHAR;
   }
   throw invalid_argument("shardex::mpi: unknown Dtype " + std::to_string(static_cast<int>(t)));
 }
@@ -78,13 +82,18 @@ Communicator::Communicator(std::shared_ptr<Handle> h) : handle_(std::move(h)) {
 }
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
-  if (!handle_) throw error("Communicator::set_timeout: the communicator is empty (default-constructed); use Communicator::world()");
+  if (!handle_)
+    throw error(
+        "Communicator::set_timeout: the communicator is empty (default-constructed); use Communicator::world()");
   if (timeout.count() <= 0)
-    throw invalid_argument("Communicator::set_timeout: the deadline must be positive, got " + std::to_string(timeout.count()) + " ms");
+    throw invalid_argument("Communicator::set_timeout: the deadline must be positive, got " +
+                           std::to_string(timeout.count()) + " ms");
   handle_->timeout = timeout;
 }
 
-const char* Communicator::description() const noexcept { return handle_ ? handle_->where.c_str() : "an empty communicator"; }
+const char* Communicator::description() const noexcept {
+  return handle_ ? handle_->where.c_str() : "an empty communicator";
+}
 
 std::chrono::milliseconds Communicator::timeout() const noexcept {
   return handle_ ? handle_->timeout : watchdog::default_timeout();
@@ -157,7 +166,8 @@ void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t cou
   const MPI_Datatype t = mpi_type(dt);
   const int n = to_count(count, "MPI_Allreduce");
   const Watched timer(*this, "MPI_Allreduce");
-  check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, MPI_SUM, need(native(), "MPI_Allreduce")), "MPI_Allreduce");
+  check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, MPI_SUM, need(native(), "MPI_Allreduce")),
+        "MPI_Allreduce");
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
@@ -175,8 +185,9 @@ void Communicator::broadcast_raw(void* buf, std::int64_t count, Dtype dt, int ro
   check(MPI_Bcast(buf, to_count(count, "MPI_Bcast"), t, root, need(native(), "MPI_Bcast")), "MPI_Bcast");
 }
 
-void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
-                                    std::span<const std::int64_t> displs, Dtype dt) const {
+void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv,
+                                    std::span<const std::int64_t> counts, std::span<const std::int64_t> displs,
+                                    Dtype dt) const {
   detail::record_backend_call("all_gather_v", count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Allgatherv");
@@ -233,8 +244,8 @@ struct BlockTypes {
 };
 }  // namespace
 
-void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from,
-                                       Dtype dt) const {
+void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv,
+                                       std::span<const Block> from, Dtype dt) const {
   detail::record_backend_call("exchange_blocks", detail::elements_of(to) * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const BlockTypes s(to, t, "MPI_Alltoallw"), r(from, t, "MPI_Alltoallw");
@@ -250,13 +261,14 @@ void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<
   const MPI_Datatype t = mpi_type(dt);
   const auto c = to_counts(counts, "MPI_Reduce_scatter");
   const Watched timer(*this, "MPI_Reduce_scatter");
-  check(MPI_Reduce_scatter(send, recv, c.data(), t, MPI_SUM, need(native(), "MPI_Reduce_scatter")), "MPI_Reduce_scatter");
+  check(MPI_Reduce_scatter(send, recv, c.data(), t, MPI_SUM, need(native(), "MPI_Reduce_scatter")),
+        "MPI_Reduce_scatter");
 }
 
 void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts,
                                     std::span<const std::int64_t> send_displs, void* recv,
-                                    std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
-                                    Dtype dt) const {
+                                    std::span<const std::int64_t> recv_counts,
+                                    std::span<const std::int64_t> recv_displs, Dtype dt) const {
   detail::record_backend_call("all_to_all_v", detail::elements_of(send_counts) * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);
   const auto sc = to_counts(send_counts, "MPI_Alltoallv");
@@ -314,7 +326,8 @@ Group::~Group() {
         comm_->handle_ && comm_->handle_->point_to_point_refused.empty())
       comm_->handle_->point_to_point_refused =
           "a grouped receive from rank " + std::to_string(state_->recv_from[i]) + " on rank " +
-          std::to_string(comm_->rank()) + " was cancelled after an error, and the message meant for it may still "
+          std::to_string(comm_->rank()) +
+          " was cancelled after an error, and the message meant for it may still "
           "arrive; use a new communicator (Communicator::split or duplicate) for grouped sends and receives "
           "(collectives on this one still work)";
   }
@@ -343,7 +356,8 @@ void Group::reduce_raw(const void* send, void* recv, std::int64_t count, Dtype d
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   state_->make_room();
-  check(MPI_Ireduce(send, recv, to_count(count, "MPI_Ireduce"), t, MPI_SUM, root, need(comm_->native(), "MPI_Ireduce"), &r),
+  check(MPI_Ireduce(send, recv, to_count(count, "MPI_Ireduce"), t, MPI_SUM, root, need(comm_->native(), "MPI_Ireduce"),
+                    &r),
         "MPI_Ireduce");
   state_->requests.push_back(r);
   state_->recv_from.push_back(-1);
@@ -354,7 +368,8 @@ void Group::send_raw(const void* buf, std::int64_t count, Dtype dt, int peer) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   state_->make_room();
-  const MPI_Comm c = point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Isend");
+  const MPI_Comm c =
+      point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Isend");
   check(MPI_Isend(buf, to_count(count, "MPI_Isend"), t, peer, 0, c, &r), "MPI_Isend");
   state_->requests.push_back(r);
   state_->recv_from.push_back(-1);
@@ -365,7 +380,8 @@ void Group::recv_raw(void* buf, std::int64_t count, Dtype dt, int peer) {
   const MPI_Datatype t = mpi_type(dt);
   MPI_Request r = MPI_REQUEST_NULL;
   state_->make_room();
-  const MPI_Comm c = point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Irecv");
+  const MPI_Comm c =
+      point_to_point(*comm_, comm_->handle_ ? comm_->handle_->point_to_point_refused : std::string(), "MPI_Irecv");
   check(MPI_Irecv(buf, to_count(count, "MPI_Irecv"), t, peer, 0, c, &r), "MPI_Irecv");
   state_->requests.push_back(r);
   state_->recv_from.push_back(peer);

@@ -47,10 +47,11 @@ Environment::~Environment() {
     // will never join, and MPI_Finalize would wait for them forever.
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr,
-                 "[shardex] rank %d: shardex::mpi::Environment is destroyed while an exception propagates; aborting the "
-                 "job (MPI_Abort) instead of waiting in MPI_Finalize for peers that may be inside a collective\n",
-                 rank);
+    std::fprintf(
+        stderr,
+        "[shardex] rank %d: shardex::mpi::Environment is destroyed while an exception propagates; aborting the "
+        "job (MPI_Abort) instead of waiting in MPI_Finalize for peers that may be inside a collective\n",
+        rank);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

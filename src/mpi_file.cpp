@@ -47,7 +47,8 @@ struct View {
     const std::int64_t n = b.elements();
     if (n > INT_MAX) problem = "a piece of " + std::to_string(n) + " elements is more than one MPI-IO call can move";
     for (auto e : b.extents)
-      if (e > INT_MAX) problem = "an extent of " + std::to_string(e) + " elements is more than MPI-IO's int can describe";
+      if (e > INT_MAX)
+        problem = "an extent of " + std::to_string(e) + " elements is more than MPI-IO's int can describe";
     if (n == 0 || !problem.empty()) {
       file = elem;
       return;
@@ -63,7 +64,8 @@ struct View {
       subsizes.push_back(static_cast<int>(b.count[d]));
       starts.push_back(static_cast<int>(b.start[d]));
     }
-    MPI_Type_create_subarray(static_cast<int>(sizes.size()), sizes.data(), subsizes.data(), starts.data(), MPI_ORDER_C, elem, &file);
+    MPI_Type_create_subarray(static_cast<int>(sizes.size()), sizes.data(), subsizes.data(), starts.data(), MPI_ORDER_C,
+                             elem, &file);
     MPI_Type_commit(&file);
   }
   ~View() {
@@ -97,15 +99,18 @@ std::string where(const mpi::Communicator& comm) {
 
 }  // namespace
 
-void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature, const std::string& call) {
+void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature,
+                  const std::string& call) {
   bool differ = false;
-  if (std::string msg = detail::first_error(comm, local_error, signature, differ); !msg.empty()) throw invalid_argument(msg);
+  if (std::string msg = detail::first_error(comm, local_error, signature, differ); !msg.empty())
+    throw invalid_argument(msg);
   if (differ)
-    throw invalid_argument(call + ": the ranks are not making the same call (the tensors, names, shapes or file differ across ranks)");
+    throw invalid_argument(
+        call + ": the ranks are not making the same call (the tensors, names, shapes or file differ across ranks)");
 }
 
-void write_boxes(const mpi::Communicator& comm, const std::string& path, std::string_view prefix, std::int64_t total_bytes,
-                 std::span<const FileBox> boxes, std::span<const void* const> data) {
+void write_boxes(const mpi::Communicator& comm, const std::string& path, std::string_view prefix,
+                 std::int64_t total_bytes, std::span<const FileBox> boxes, std::span<const void* const> data) {
   const std::string tmp = path + ".shardex-partial";
   const std::string what = "shardex::save(\"" + path + "\")" + where(comm);
   // A stale temporary file from a crashed run is replaced, not appended to.
@@ -122,9 +127,10 @@ void write_boxes(const mpi::Communicator& comm, const std::string& path, std::st
     rc = MPI_File_write_at(fh, 0, prefix.data(), static_cast<int>(prefix.size()), MPI_BYTE, &st);
     if (rc != MPI_SUCCESS && err.empty()) err = "writing the header: " + mpi_error_text(rc);
   }
-  const std::string moved = transfer_boxes(fh, boxes, [&](MPI_File f, std::size_t k, int count, MPI_Datatype t, MPI_Status* st) {
-    return MPI_File_write_all(f, data[k], count, t, st);
-  });
+  const std::string moved =
+      transfer_boxes(fh, boxes, [&](MPI_File f, std::size_t k, int count, MPI_Datatype t, MPI_Status* st) {
+        return MPI_File_write_all(f, data[k], count, t, st);
+      });
   if (err.empty() && !moved.empty()) err = "writing the data: " + moved;
   rc = MPI_File_sync(fh);  // on the storage before the file takes its name
   if (rc != MPI_SUCCESS && err.empty()) err = "MPI_File_sync: " + mpi_error_text(rc);
@@ -174,16 +180,21 @@ FileHead read_head(const mpi::Communicator& comm, const std::string& path, std::
   return head;
 }
 
-void read_boxes(const mpi::Communicator& comm, const std::string& path, std::span<const FileBox> boxes, std::span<void* const> data) {
+void read_boxes(const mpi::Communicator& comm, const std::string& path, std::span<const FileBox> boxes,
+                std::span<void* const> data) {
   MPI_File fh = MPI_FILE_NULL;
   int rc = MPI_File_open(comm.native(), path.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
-  agreed(comm, rc == MPI_SUCCESS ? "" : "shardex::load" + where(comm) + ": cannot open \"" + path + "\": " + mpi_error_text(rc));
-  std::string err = transfer_boxes(fh, boxes, [&](MPI_File f, std::size_t k, int count, MPI_Datatype t, MPI_Status* st) {
-    const int rc2 = MPI_File_read_all(f, data[k], count, t, st);
-    int got = 0;
-    if (rc2 == MPI_SUCCESS && MPI_Get_count(st, t, &got) == MPI_SUCCESS && got != count) return MPI_ERR_TRUNCATE;  // a file shorter than its header says
-    return rc2;
-  });
+  agreed(comm, rc == MPI_SUCCESS
+                   ? ""
+                   : "shardex::load" + where(comm) + ": cannot open \"" + path + "\": " + mpi_error_text(rc));
+  std::string err =
+      transfer_boxes(fh, boxes, [&](MPI_File f, std::size_t k, int count, MPI_Datatype t, MPI_Status* st) {
+        const int rc2 = MPI_File_read_all(f, data[k], count, t, st);
+        int got = 0;
+        if (rc2 == MPI_SUCCESS && MPI_Get_count(st, t, &got) == MPI_SUCCESS && got != count)
+          return MPI_ERR_TRUNCATE;  // a file shorter than its header says
+        return rc2;
+      });
   rc = MPI_File_close(&fh);
   if (rc != MPI_SUCCESS && err.empty()) err = "closing: " + mpi_error_text(rc);
   agreed(comm, err.empty() ? "" : "shardex::load(\"" + path + "\")" + where(comm) + ": " + err);

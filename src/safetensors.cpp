@@ -42,7 +42,8 @@ public:
 
 private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw error("safetensors header of \"" + path_ + "\" is not valid JSON at byte " + std::to_string(8 + i_) + ": " + what);
+    throw error("safetensors header of \"" + path_ + "\" is not valid JSON at byte " + std::to_string(8 + i_) + ": " +
+                what);
   }
   void skip_space() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
@@ -124,8 +125,8 @@ private:
     v.integral = true;
     if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) {
       v.integral = false;
-      while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E' ||
-                                s_[i_] == '+' || s_[i_] == '-'))
+      while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' || s_[i_] == 'e' ||
+                                s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
         ++i_;
     }
     const std::string_view digits = s_.substr(from, i_ - from);
@@ -156,23 +157,39 @@ private:
       if (i_ >= s_.size()) fail("a string that does not end");
       const char e = s_[i_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           if (i_ + 4 > s_.size()) fail("a short \\u escape");
           unsigned cp = 0;
           for (int k = 0; k < 4; ++k) {
             const char h = s_[i_++];
             cp = cp * 16 + static_cast<unsigned>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
-                                                  : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                                                  : (h >= 'A' && h <= 'F') ? h - 'A' + 10
-                                                                           : (fail("a bad \\u escape"), 0));
+                                                 : (h >= 'a' && h <= 'f')                    ? h - 'a' + 10
+                                                 : (h >= 'A' && h <= 'F')                    ? h - 'A' + 10
+                                                                          : (fail("a bad \\u escape"), 0));
           }
           // UTF-8 (surrogate pairs are kept as two 3-byte sequences: names here are ASCII in practice)
           if (cp < 0x80) {
@@ -187,7 +204,8 @@ private:
           }
           break;
         }
-        default: fail(std::string("an unknown escape \\") + e);
+        default:
+          fail(std::string("an unknown escape \\") + e);
       }
     }
   }
@@ -258,7 +276,8 @@ std::string make_header(std::vector<TensorEntry>& tensors, const std::map<std::s
     t.begin = at;
     t.end = at + n;
     at = t.end;
-    json += std::string(json.size() > 1 ? "," : "") + quoted(t.name) + ":{\"dtype\":" + quoted(t.dtype) + ",\"shape\":[";
+    json +=
+        std::string(json.size() > 1 ? "," : "") + quoted(t.name) + ":{\"dtype\":" + quoted(t.dtype) + ",\"shape\":[";
     for (std::size_t d = 0; d < t.shape.size(); ++d) json += (d ? "," : "") + std::to_string(t.shape[d]);
     json += "],\"data_offsets\":[" + std::to_string(t.begin) + "," + std::to_string(t.end) + "]}";
   }
@@ -272,12 +291,13 @@ std::string make_header(std::vector<TensorEntry>& tensors, const std::map<std::s
 
 std::int64_t header_length(std::string_view first8, std::int64_t file_size, const std::string& path) {
   if (first8.size() < 8)
-    throw error("\"" + path + "\" is not a safetensors file: it has " + std::to_string(file_size) + " bytes, fewer than the 8 of the header length");
+    throw error("\"" + path + "\" is not a safetensors file: it has " + std::to_string(file_size) +
+                " bytes, fewer than the 8 of the header length");
   std::uint64_t n = 0;
   for (int b = 7; b >= 0; --b) n = (n << 8) | static_cast<unsigned char>(first8[static_cast<std::size_t>(b)]);
   if (n < 2 || n > static_cast<std::uint64_t>(file_size - 8) || n > (std::uint64_t(1) << 30))
-    throw error("\"" + path + "\" is not a safetensors file (or is truncated): its header length is " + std::to_string(n) +
-                " bytes but the file has " + std::to_string(file_size) + " bytes");
+    throw error("\"" + path + "\" is not a safetensors file (or is truncated): its header length is " +
+                std::to_string(n) + " bytes but the file has " + std::to_string(file_size) + " bytes");
   return static_cast<std::int64_t>(n);
 }
 
@@ -308,15 +328,18 @@ SafetensorsHeader parse_header(std::string_view head, std::int64_t file_size, co
     TensorEntry t;
     t.name = name;
     const Json& dtype = field("dtype");
-    if (dtype.kind != Json::Kind::string || dtype_bytes(dtype.text) == 0) throw bad("tensor \"" + name + "\" has an unknown dtype");
+    if (dtype.kind != Json::Kind::string || dtype_bytes(dtype.text) == 0)
+      throw bad("tensor \"" + name + "\" has an unknown dtype");
     t.dtype = dtype.text;
     const Json& shape = field("shape");
     if (shape.kind != Json::Kind::array) throw bad("tensor \"" + name + "\": the shape is not a list");
     std::int64_t bytes = dtype_bytes(t.dtype);
     for (const auto& e : shape.items) {
-      if (e.kind != Json::Kind::number || !e.integral || e.integer < 0) throw bad("tensor \"" + name + "\": a shape entry is not an integer >= 0");
+      if (e.kind != Json::Kind::number || !e.integral || e.integer < 0)
+        throw bad("tensor \"" + name + "\": a shape entry is not an integer >= 0");
       t.shape.push_back(e.integer);
-      if (e.integer != 0 && bytes > std::numeric_limits<std::int64_t>::max() / e.integer) throw bad("tensor \"" + name + "\": the shape is too large");
+      if (e.integer != 0 && bytes > std::numeric_limits<std::int64_t>::max() / e.integer)
+        throw bad("tensor \"" + name + "\": the shape is too large");
       bytes *= e.integer;
     }
     const Json& off = field("data_offsets");
@@ -326,13 +349,16 @@ SafetensorsHeader parse_header(std::string_view head, std::int64_t file_size, co
     t.begin = off.items[0].integer;
     t.end = off.items[1].integer;
     if (t.begin < 0 || t.end < t.begin)
-      throw bad("tensor \"" + name + "\": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] are not a range");
+      throw bad("tensor \"" + name + "\": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                "] are not a range");
     if (t.end - t.begin != bytes)
-      throw bad("tensor \"" + name + "\": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] hold " +
-                std::to_string(t.end - t.begin) + " bytes but a " + t.dtype + " tensor of its shape has " + std::to_string(bytes));
+      throw bad("tensor \"" + name + "\": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                "] hold " + std::to_string(t.end - t.begin) + " bytes but a " + t.dtype + " tensor of its shape has " +
+                std::to_string(bytes));
     if (t.end > data_size)
-      throw bad("tensor \"" + name + "\" ends at data byte " + std::to_string(t.end) + " but the file's data section has " +
-                std::to_string(data_size) + " bytes (a truncated file, or offsets that lie)");
+      throw bad("tensor \"" + name + "\" ends at data byte " + std::to_string(t.end) +
+                " but the file's data section has " + std::to_string(data_size) +
+                " bytes (a truncated file, or offsets that lie)");
     h.tensors.push_back(std::move(t));
   }
   // The data section is tiled exactly: no overlaps, no holes (as the format requires).
@@ -342,13 +368,13 @@ SafetensorsHeader parse_header(std::string_view head, std::int64_t file_size, co
   std::int64_t at = 0;
   for (const auto& t : h.tensors) {
     if (t.begin != at)
-      throw bad("tensor \"" + t.name + "\" starts at data byte " + std::to_string(t.begin) + " where " + std::to_string(at) +
-                " was expected (the data offsets overlap or leave a hole)");
+      throw bad("tensor \"" + t.name + "\" starts at data byte " + std::to_string(t.begin) + " where " +
+                std::to_string(at) + " was expected (the data offsets overlap or leave a hole)");
     at = t.end;
   }
   if (at != data_size)
-    throw bad("the tensors hold " + std::to_string(at) + " bytes but the data section has " + std::to_string(data_size) +
-              " (bytes after the last tensor)");
+    throw bad("the tensors hold " + std::to_string(at) + " bytes but the data section has " +
+              std::to_string(data_size) + " (bytes after the last tensor)");
   return h;
 }
 

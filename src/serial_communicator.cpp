@@ -24,10 +24,14 @@ namespace {
 
 std::size_t bytes_of(Dtype t) {
   switch (t) {
-    case Dtype::f32: return sizeof(float);
-    case Dtype::f64: return sizeof(double);
-    case Dtype::i64: return sizeof(std::int64_t);
-    case Dtype::i8: return sizeof(char);
+    case Dtype::f32:
+      return sizeof(float);
+    case Dtype::f64:
+      return sizeof(double);
+    case Dtype::i64:
+      return sizeof(std::int64_t);
+    case Dtype::i8:
+      return sizeof(char);
   }
   throw invalid_argument("shardex::mpi: unknown Dtype " + std::to_string(static_cast<int>(t)));
 }
@@ -40,8 +44,8 @@ void need_count(std::int64_t n, const char* what) {
 
 void need_rank(int r, const char* role, const char* what) {
   if (r != 0)
-    throw invalid_argument(std::string(what) + ": " + role + " " + std::to_string(r) + " is not a rank of the communicator" +
-                           one_rank);
+    throw invalid_argument(std::string(what) + ": " + role + " " + std::to_string(r) +
+                           " is not a rank of the communicator" + one_rank);
 }
 
 /// The counts of a v collective: one per rank, so exactly one here.
@@ -100,7 +104,8 @@ void Communicator::barrier() const { need(handle_.get(), "barrier"); }
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   need(handle_.get(), "Communicator::set_timeout");
   if (timeout.count() <= 0)
-    throw invalid_argument("Communicator::set_timeout: the deadline must be positive, got " + std::to_string(timeout.count()) + " ms");
+    throw invalid_argument("Communicator::set_timeout: the deadline must be positive, got " +
+                           std::to_string(timeout.count()) + " ms");
   handle_->timeout = timeout;
 }
 
@@ -147,20 +152,22 @@ void Communicator::broadcast_raw(void* /*buf*/, std::int64_t count, Dtype t, int
   need_rank(root, "root", "broadcast");  // the root's buffer is already everyone's
 }
 
-void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
-                                    std::span<const std::int64_t> displs, Dtype t) const {
+void Communicator::all_gather_v_raw(const void* send, std::int64_t count, void* recv,
+                                    std::span<const std::int64_t> counts, std::span<const std::int64_t> displs,
+                                    Dtype t) const {
   detail::record_backend_call("all_gather_v", count * dtype_bytes(t));
   const char* what = "all_gather_v";
   need(handle_.get(), what);
   need_count(count, what);
   const std::int64_t n = the_count(counts, "counts", what), d = the_count(displs, "displacements", what);
   if (n != count)
-    throw invalid_argument(std::string(what) + ": rank 0 sends " + std::to_string(count) + " elements but counts[0] is " +
-                           std::to_string(n));
+    throw invalid_argument(std::string(what) + ": rank 0 sends " + std::to_string(count) +
+                           " elements but counts[0] is " + std::to_string(n));
   copy(send, static_cast<char*>(recv) + d * static_cast<std::int64_t>(bytes_of(t)), n, t);
 }
 
-void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts, Dtype t) const {
+void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts,
+                                        Dtype t) const {
   detail::record_backend_call("reduce_scatter_v", detail::elements_of(counts) * dtype_bytes(t));
   const char* what = "reduce_scatter_v";
   need(handle_.get(), what);
@@ -169,28 +176,30 @@ void Communicator::reduce_scatter_v_raw(const void* send, void* recv, std::span<
 
 void Communicator::all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts,
                                     std::span<const std::int64_t> send_displs, void* recv,
-                                    std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
-                                    Dtype t) const {
+                                    std::span<const std::int64_t> recv_counts,
+                                    std::span<const std::int64_t> recv_displs, Dtype t) const {
   detail::record_backend_call("all_to_all_v", detail::elements_of(send_counts) * dtype_bytes(t));
   const char* what = "all_to_all_v";
   need(handle_.get(), what);
-  const std::int64_t sn = the_count(send_counts, "send counts", what), sd = the_count(send_displs, "send displacements", what);
-  const std::int64_t rn = the_count(recv_counts, "receive counts", what), rd = the_count(recv_displs, "receive displacements", what);
+  const std::int64_t sn = the_count(send_counts, "send counts", what),
+                     sd = the_count(send_displs, "send displacements", what);
+  const std::int64_t rn = the_count(recv_counts, "receive counts", what),
+                     rd = the_count(recv_displs, "receive displacements", what);
   if (sn != rn)
-    throw invalid_argument(std::string(what) + ": rank 0 sends " + std::to_string(sn) + " elements to itself but receives " +
-                           std::to_string(rn));
+    throw invalid_argument(std::string(what) + ": rank 0 sends " + std::to_string(sn) +
+                           " elements to itself but receives " + std::to_string(rn));
   const auto b = static_cast<std::int64_t>(bytes_of(t));
   copy(static_cast<const char*>(send) + sd * b, static_cast<char*>(recv) + rd * b, sn, t);
 }
 
-void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from,
-                                       Dtype t) const {
+void Communicator::exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv,
+                                       std::span<const Block> from, Dtype t) const {
   detail::record_backend_call("exchange_blocks", detail::elements_of(to) * dtype_bytes(t));
   const char* what = "exchange_blocks";
   need(handle_.get(), what);
   if (to.size() != 1 || from.size() != 1)
-    throw invalid_argument(std::string(what) + ": " + std::to_string(to.size()) + " and " + std::to_string(from.size()) +
-                           " pieces for a communicator of 1 rank" + one_rank);
+    throw invalid_argument(std::string(what) + ": " + std::to_string(to.size()) + " and " +
+                           std::to_string(from.size()) + " pieces for a communicator of 1 rank" + one_rank);
   const Block& a = to[0];
   const Block& b = from[0];
   if (a.count() != b.count())
@@ -245,10 +254,12 @@ struct Group::State {
       sends.pop_front();
       receives.pop_front();
       if (s.type != r.type)
-        throw invalid_argument("Group::recv: the matching send to rank 0 has another element type" + std::string(one_rank));
+        throw invalid_argument("Group::recv: the matching send to rank 0 has another element type" +
+                               std::string(one_rank));
       if (s.count > r.count)
         throw invalid_argument("Group::recv: the matching send to rank 0 has " + std::to_string(s.count) +
-                               " elements, more than the " + std::to_string(r.count) + " received (the message would be truncated)");
+                               " elements, more than the " + std::to_string(r.count) +
+                               " received (the message would be truncated)");
       copy(s.buf, r.buf, s.count, s.type);
     }
   }

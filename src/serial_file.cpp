@@ -83,7 +83,8 @@ FileHead read_head(const mpi::Communicator&, const std::string& path, std::int64
   return head;
 }
 
-void read_boxes(const mpi::Communicator&, const std::string& path, std::span<const FileBox> boxes, std::span<void* const> data) {
+void read_boxes(const mpi::Communicator&, const std::string& path, std::span<const FileBox> boxes,
+                std::span<void* const> data) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw error("shardex::load: cannot open \"" + path + "\"");
   for (std::size_t k = 0; k < boxes.size(); ++k)

@@ -38,7 +38,7 @@ std::uint16_t f16_of_float(float f) {
   const std::uint32_t ax = x & 0x7fffffffu;
   if (ax > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));  // quiet NaN
   if (ax >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // from 65520 (the tie above 65504) up: inf
-  if (ax < 0x38800000u) {  // below 2^-14: a subnormal half, a multiple of 2^-24
+  if (ax < 0x38800000u) {                                         // below 2^-14: a subnormal half, a multiple of 2^-24
     const float scaled = std::bit_cast<float>(ax) * 16777216.0f;  // exact: a power of two
     return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(std::nearbyint(scaled)));  // ties to even
   }
@@ -55,7 +55,8 @@ Kind kind_of(std::string_view dtype) {
   if (dtype == "F32") return Kind::f32;
   if (dtype == "BF16") return Kind::bf16;
   if (dtype == "F16") return Kind::f16;
-  throw invalid_argument("shardex: " + std::string(dtype) + " is not a float dtype shardex converts (F64, F32, BF16, F16)");
+  throw invalid_argument("shardex: " + std::string(dtype) +
+                         " is not a float dtype shardex converts (F64, F32, BF16, F16)");
 }
 
 template <class T>
@@ -69,10 +70,18 @@ void decode_as(std::string_view from, const void* src, T* dst, std::int64_t n) {
     }
   };
   switch (kind_of(from)) {
-    case Kind::f64: each.template operator()<double>([](double v) { return v; }); break;
-    case Kind::f32: each.template operator()<float>([](float v) { return v; }); break;
-    case Kind::bf16: each.template operator()<std::uint16_t>(bf16_value); break;
-    case Kind::f16: each.template operator()<std::uint16_t>(f16_value); break;
+    case Kind::f64:
+      each.template operator()<double>([](double v) { return v; });
+      break;
+    case Kind::f32:
+      each.template operator()<float>([](float v) { return v; });
+      break;
+    case Kind::bf16:
+      each.template operator()<std::uint16_t>(bf16_value);
+      break;
+    case Kind::f16:
+      each.template operator()<std::uint16_t>(f16_value);
+      break;
   }
 }
 
@@ -86,10 +95,18 @@ void encode_as(const T* src, std::string_view to, void* dst, std::int64_t n) {
     }
   };
   switch (kind_of(to)) {
-    case Kind::f64: each([](T v) { return static_cast<double>(v); }); break;
-    case Kind::f32: each([](T v) { return static_cast<float>(v); }); break;
-    case Kind::bf16: each([](T v) { return bf16_bits(v); }); break;
-    case Kind::f16: each([](T v) { return f16_bits(v); }); break;
+    case Kind::f64:
+      each([](T v) { return static_cast<double>(v); });
+      break;
+    case Kind::f32:
+      each([](T v) { return static_cast<float>(v); });
+      break;
+    case Kind::bf16:
+      each([](T v) { return bf16_bits(v); });
+      break;
+    case Kind::f16:
+      each([](T v) { return f16_bits(v); });
+      break;
   }
 }
 
@@ -97,16 +114,23 @@ void encode_as(const T* src, std::string_view to, void* dst, std::int64_t n) {
 
 const char* stored_dtype(StoredAs s, const char* native) {
   switch (s) {
-    case StoredAs::native: return native;
-    case StoredAs::f64: return "F64";
-    case StoredAs::f32: return "F32";
-    case StoredAs::bf16: return "BF16";
-    case StoredAs::f16: return "F16";
+    case StoredAs::native:
+      return native;
+    case StoredAs::f64:
+      return "F64";
+    case StoredAs::f32:
+      return "F32";
+    case StoredAs::bf16:
+      return "BF16";
+    case StoredAs::f16:
+      return "F16";
   }
   return native;
 }
 
-bool is_float_dtype(std::string_view dtype) { return dtype == "F64" || dtype == "F32" || dtype == "BF16" || dtype == "F16"; }
+bool is_float_dtype(std::string_view dtype) {
+  return dtype == "F64" || dtype == "F32" || dtype == "BF16" || dtype == "F16";
+}
 
 bool holds_exactly(std::string_view from, std::string_view to) {
   if (!is_float_dtype(from) || !is_float_dtype(to)) return false;

@@ -45,10 +45,18 @@ State& state() {
 void append_escaped(std::string& out, const std::string& s) {
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -80,15 +88,18 @@ std::string events_json(int rank, std::int64_t origin_ns) {
   std::lock_guard lock(s.mutex);
   std::string out;
   char buf[160];
-  std::snprintf(buf, sizeof buf, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
+  std::snprintf(buf, sizeof buf, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+                rank, rank);
   out += buf;
-  std::snprintf(buf, sizeof buf, ",{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", rank, rank);
+  std::snprintf(buf, sizeof buf,
+                ",{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", rank, rank);
   out += buf;
   for (const Event& e : s.events) {
     out += ",{\"name\":\"";
     append_escaped(out, e.name);
-    std::snprintf(buf, sizeof buf, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f", e.category, rank,
-                  double(e.start_ns + s.clock_offset_ns - origin_ns) / 1e3, double(e.duration_ns) / 1e3);
+    std::snprintf(buf, sizeof buf, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f",
+                  e.category, rank, double(e.start_ns + s.clock_offset_ns - origin_ns) / 1e3,
+                  double(e.duration_ns) / 1e3);
     out += buf;
     out += ",\"args\":{" + e.args + "}}";
   }
@@ -97,7 +108,8 @@ std::string events_json(int rank, std::int64_t origin_ns) {
 }  // namespace
 
 namespace detail {
-void record(const char* category, std::string name, std::int64_t start_ns, std::int64_t duration_ns, std::string args_json) {
+void record(const char* category, std::string name, std::int64_t start_ns, std::int64_t duration_ns,
+            std::string args_json) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   s.events.push_back({category, std::move(name), start_ns, duration_ns, std::move(args_json)});
@@ -121,7 +133,8 @@ void start(const std::string& path) {
 #if SHARDEX_WITH_MPI
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) throw error("shardex::trace::start: MPI is not initialized; construct a shardex::mpi::Environment first");
+  if (!initialized)
+    throw error("shardex::trace::start: MPI is not initialized; construct a shardex::mpi::Environment first");
   // Every rank leaves the barrier at nearly the same moment: take rank 0's
   // clock reading there as everyone's (a few microseconds of skew).
   MPI_Barrier(MPI_COMM_WORLD);
@@ -171,8 +184,10 @@ std::int64_t stop() {
       s.events.clear();
     }
     if (rank == 0)
-      std::fprintf(stderr, "[shardex] trace: %lld bytes of events, more than one MPI call can gather; %s not written (trace a shorter part with trace::start/stop)\n",
-                   static_cast<long long>(total), s.path.c_str());
+      std::fprintf(
+          stderr,
+          "[shardex] trace: %lld bytes of events, more than one MPI call can gather; %s not written (trace a shorter part with trace::start/stop)\n",
+          static_cast<long long>(total), s.path.c_str());
     return 0;
   }
   const int len = static_cast<int>(mine_len);

@@ -40,9 +40,12 @@ public:
       const auto eq = a.find('=');
       std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2), value;
       if (a.rfind("--", 0) != 0 || !values_.count(key)) throw usage_error("unknown flag " + a + usage());
-      if (eq != std::string::npos) value = a.substr(eq + 1);
-      else if (i + 1 < argc) value = argv[++i];
-      else throw usage_error("flag " + a + " needs a value");
+      if (eq != std::string::npos)
+        value = a.substr(eq + 1);
+      else if (i + 1 < argc)
+        value = argv[++i];
+      else
+        throw usage_error("flag " + a + " needs a value");
       values_[key] = value;
     }
   }
@@ -135,8 +138,6 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-
-
 }  // namespace example
 
 namespace example {
@@ -148,38 +149,47 @@ template <class Dev>
 typename Dev::communicator device_comm(const shardex::mpi::Communicator& comm) {
   if constexpr (std::same_as<Dev, shardex::Host>) return comm;
 #if defined(SHARDEX_WITH_GPU)
-  else return shardex::nccl::Communicator::create(comm);
+  else
+    return shardex::nccl::Communicator::create(comm);
 #endif
 }
 
 /// Normal numbers drawn on the host (the same numbers whatever the device, so
 /// a GPU run can be compared with the host run), then moved to Dev.
 template <class Dev, class T, shardex::LayoutTag L>
-shardex::Tensor<T, L, Dev> normal(const typename Dev::communicator& comm, const shardex::Shape& global, std::uint64_t seed,
-                                  T mean = T(0), T stddev = T(1), shardex::layout_mapping<L> m = {}) {
+shardex::Tensor<T, L, Dev> normal(const typename Dev::communicator& comm, const shardex::Shape& global,
+                                  std::uint64_t seed, T mean = T(0), T stddev = T(1),
+                                  shardex::layout_mapping<L> m = {}) {
   auto h = shardex::Tensor<T, L>::normal(shardex::detail::control_of(comm), global, seed, mean, stddev, std::move(m));
-  if constexpr (std::same_as<Dev, shardex::Host>) return h;
-  else return shardex::to<Dev>(h, comm);
+  if constexpr (std::same_as<Dev, shardex::Host>)
+    return h;
+  else
+    return shardex::to<Dev>(h, comm);
 }
 
 /// A copy of x on the host, outside the graph (later steps do not change it).
 template <class T, shardex::LayoutTag L, class Dev>
 shardex::Tensor<T, L> on_host(const shardex::Tensor<T, L, Dev>& x) {
-  if constexpr (std::same_as<Dev, shardex::Host>) return x.detach().clone();
-  else return shardex::to<shardex::Host>(x.detach());
+  if constexpr (std::same_as<Dev, shardex::Host>)
+    return x.detach().clone();
+  else
+    return shardex::to<shardex::Host>(x.detach());
 }
 
 /// The value of a one-element tensor (a loss), on the host.
 template <class T, shardex::LayoutTag L, class Dev>
 double value(const shardex::Tensor<T, L, Dev>& x) {
-  if constexpr (std::same_as<Dev, shardex::Host>) return double(x.data()[0]);
-  else return double(on_host(x).data()[0]);
+  if constexpr (std::same_as<Dev, shardex::Host>)
+    return double(x.data()[0]);
+  else
+    return double(on_host(x).data()[0]);
 }
 
 /// The training data cycles through `batches` fixed batches; the mean loss of
 /// the first pass over them against that of the last says whether it learned.
 inline std::pair<double, double> first_and_last_pass(const std::vector<double>& losses, std::int64_t batches) {
-  const std::size_t k = std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(batches), losses.size() / 2));
+  const std::size_t k =
+      std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(batches), losses.size() / 2));
   double first = 0, last = 0;
   for (std::size_t i = 0; i < k; ++i) first += losses[i], last += losses[losses.size() - 1 - i];
   return {first / double(k), last / double(k)};
@@ -190,7 +200,7 @@ inline std::pair<double, double> first_and_last_pass(const std::vector<double>& 
 template <class T>
 struct Run {
   std::vector<double> losses;
-  std::vector<double> step_ms;  // each step's wall time on this rank
+  std::vector<double> step_ms;     // each step's wall time on this rank
   std::vector<double> grad_norms;  // each step's gradient norm, where the example clips (--clip)
   std::vector<std::pair<std::string, shardex::Tensor<T, shardex::Invariant>>> last;
 };
@@ -204,7 +214,8 @@ void end_step(const Comm& comm, Run<T>& run, std::int64_t step, std::chrono::ste
   if (!report || comm.rank() != 0) return;
   std::cout << "step " << std::setw(3) << step << "  loss " << std::setprecision(6) << std::fixed << run.losses.back()
             << "  time " << std::setprecision(2) << run.step_ms.back() << " ms";
-  if (run.grad_norms.size() == run.losses.size()) std::cout << "  grad norm " << std::setprecision(4) << run.grad_norms.back();
+  if (run.grad_norms.size() == run.losses.size())
+    std::cout << "  grad norm " << std::setprecision(4) << run.grad_norms.back();
   std::cout << "\n" << std::defaultfloat;
 }
 
@@ -243,7 +254,7 @@ int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const
     diffs << " " << sharded.last[i].first << " " << std::scientific << std::setprecision(2) << d;
   }
   std::int64_t bad[1] = {worst <= tol ? 0 : -1};
-  comm.all_reduce_min(bad, 1);  // any rank out of tolerance fails all
+  comm.all_reduce_min(bad, 1);         // any rank out of tolerance fails all
   write_log(comm, f, sharded, whole);  // after the last collective: a path rank 0 cannot write fails there alone
   const auto& losses = sharded.losses;
   if (losses.empty()) {
@@ -255,11 +266,12 @@ int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const
   const auto [first, last] = first_and_last_pass(losses, batches);
   const bool learned = last < first;
   if (comm.rank() == 0)
-    std::cout << "max relative difference from the unsharded model:" << diffs.str() << "  (tolerance " << std::scientific
-              << std::setprecision(2) << tol << ")\n"
+    std::cout << "max relative difference from the unsharded model:" << diffs.str() << "  (tolerance "
+              << std::scientific << std::setprecision(2) << tol << ")\n"
               << std::defaultfloat << "mean loss over the batches, first pass " << first << " -> last pass " << last
-              << (!judged ? " (too few steps to judge: fewer than two passes over the batches)"
-                          : learned ? " (went down)" : " (DID NOT GO DOWN)")
+              << (!judged   ? " (too few steps to judge: fewer than two passes over the batches)"
+                  : learned ? " (went down)"
+                            : " (DID NOT GO DOWN)")
               << "\n";
   return bad[0] == 0 && (learned || !judged) ? 0 : 1;
 }
@@ -298,8 +310,9 @@ int main(int argc, char** argv, const char* about, std::map<std::string, std::st
     }
     return with_dtype(f, [&](auto t) { return body(comm, f, t, shardex::Cuda{}); });
 #else
-    throw usage_error("--backend nccl: this build has no GPU backend (nvcc, cuBLAS or NCCL were not found when "
-                                "it was configured, or -Dcuda=disabled)");
+    throw usage_error(
+        "--backend nccl: this build has no GPU backend (nvcc, cuBLAS or NCCL were not found when "
+        "it was configured, or -Dcuda=disabled)");
 #endif
   } catch (const std::exception& e) {
     // Printed once, not once per rank: an error every rank meets alike (a
@@ -309,7 +322,8 @@ int main(int argc, char** argv, const char* about, std::map<std::string, std::st
     const std::string what = e.what();
     const bool alike = dynamic_cast<const usage_error*>(&e) != nullptr || dynamic_cast<const diverged*>(&e) != nullptr;
     if (alike ? comm.rank() == 0 : what.find("(reported by rank ") == std::string::npos)
-      std::cerr << about << (alike ? std::string() : " (rank " + std::to_string(comm.rank()) + ")") << ": " << what << "\n";
+      std::cerr << about << (alike ? std::string() : " (rank " + std::to_string(comm.rank()) + ")") << ": " << what
+                << "\n";
     return 2;
   }
 }

@@ -17,19 +17,20 @@ namespace {
 void check_blas(cublasStatus_t st, const GemmShape& g) {
   if (st == CUBLAS_STATUS_SUCCESS) return;
   throw backend_error(std::string("cuBLAS gemm (m ") + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " +
-                          std::to_string(g.k) + ", batch " + std::to_string(g.batch) + ") failed: " + cublasGetStatusString(st),
+                          std::to_string(g.k) + ", batch " + std::to_string(g.batch) +
+                          ") failed: " + cublasGetStatusString(st),
                       static_cast<int>(st));
 }
 
-cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, const GemmShape& g, const float* alpha,
-                       const float* b, const float* a, const float* beta, float* c) {
-  return cublasSgemmStridedBatched_64(h, ob, oa, g.n, g.m, g.k, alpha, b, g.ldb, g.stride_b, a, g.lda, g.stride_a, beta, c,
-                                      g.ldc, g.stride_c, g.batch);
+cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, const GemmShape& g,
+                       const float* alpha, const float* b, const float* a, const float* beta, float* c) {
+  return cublasSgemmStridedBatched_64(h, ob, oa, g.n, g.m, g.k, alpha, b, g.ldb, g.stride_b, a, g.lda, g.stride_a, beta,
+                                      c, g.ldc, g.stride_c, g.batch);
 }
-cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, const GemmShape& g, const double* alpha,
-                       const double* b, const double* a, const double* beta, double* c) {
-  return cublasDgemmStridedBatched_64(h, ob, oa, g.n, g.m, g.k, alpha, b, g.ldb, g.stride_b, a, g.lda, g.stride_a, beta, c,
-                                      g.ldc, g.stride_c, g.batch);
+cublasStatus_t batched(cublasHandle_t h, cublasOperation_t ob, cublasOperation_t oa, const GemmShape& g,
+                       const double* alpha, const double* b, const double* a, const double* beta, double* c) {
+  return cublasDgemmStridedBatched_64(h, ob, oa, g.n, g.m, g.k, alpha, b, g.ldb, g.stride_b, a, g.lda, g.stride_a, beta,
+                                      c, g.ldc, g.stride_c, g.batch);
 }
 
 }  // namespace

@@ -25,10 +25,12 @@ void check_launch(const char* kernel) { check(cudaGetLastError(), (std::string("
 __device__ std::int64_t first_index() { return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
-template <class T> __global__ void fill_kernel(T* p, std::int64_t n, T v) {
+template <class T>
+__global__ void fill_kernel(T* p, std::int64_t n, T v) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) p[i] = v;
 }
-template <class T> __global__ void axpy_kernel(std::int64_t n, T alpha, const T* x, T* y) {
+template <class T>
+__global__ void axpy_kernel(std::int64_t n, T alpha, const T* x, T* y) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) y[i] += alpha * x[i];
 }
 template <class T>
@@ -41,7 +43,8 @@ __global__ void scale_matrices_kernel(T* c, std::int64_t m, std::int64_t n, std:
     x = beta == T(0) ? T(0) : beta * x;  // beta 0 overwrites (NaN in c must not survive)
   }
 }
-template <class T> __global__ void sum_kernel(const T* x, std::int64_t n, T* out) {
+template <class T>
+__global__ void sum_kernel(const T* x, std::int64_t n, T* out) {
   __shared__ T partial[block_size];
   T acc = T(0);
   for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
@@ -53,7 +56,8 @@ template <class T> __global__ void sum_kernel(const T* x, std::int64_t n, T* out
   }
   if (threadIdx.x == 0) *out = partial[0];
 }
-template <class T> __global__ void transpose_kernel(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
+template <class T>
+__global__ void transpose_kernel(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
   for (std::int64_t i = first_index(); i < rows * cols; i += grid_stride()) {
     const std::int64_t r = i / cols, c = i % cols;
     out[c * rows + r] = in[i];
@@ -69,14 +73,16 @@ __global__ void sum_middle_kernel(const T* in, T* out, std::int64_t outer, std::
   }
 }
 template <class T>
-__global__ void broadcast_middle_kernel(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
+__global__ void broadcast_middle_kernel(const T* g, T* out, std::int64_t outer, std::int64_t extent,
+                                        std::int64_t inner) {
   for (std::int64_t i = first_index(); i < outer * extent * inner; i += grid_stride()) {
     const std::int64_t o = i / (extent * inner), k = i % inner;
     out[i] = g[o * inner + k];
   }
 }
 /// One thread per row: the rows of attention are short (the sequence).
-template <class T> __global__ void softmax_rows_kernel(T* x, std::int64_t rows, std::int64_t cols) {
+template <class T>
+__global__ void softmax_rows_kernel(T* x, std::int64_t rows, std::int64_t cols) {
   for (std::int64_t r = first_index(); r < rows; r += grid_stride()) {
     T* row = x + r * cols;
     T mx = row[0];
@@ -99,41 +105,49 @@ __global__ void softmax_backward_kernel(const T* p, T* dp, std::int64_t rows, st
     for (std::int64_t c = 0; c < cols; ++c) D[c] = scale * P[c] * (D[c] - dot);
   }
 }
-template <class T> __global__ void fused_forward_kernel(FusedProgram<T> program, T* out, std::int64_t n) {
+template <class T>
+__global__ void fused_forward_kernel(FusedProgram<T> program, T* out, std::int64_t n) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) out[i] = program.value_at(i);
 }
-template <class T> __global__ void fused_backward_kernel(FusedProgram<T> program, const T* g, std::int64_t n) {
+template <class T>
+__global__ void fused_backward_kernel(FusedProgram<T> program, const T* g, std::int64_t n) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride())
     program.backprop_at(i, g[i], [](T* dst, T v, bool shared) {
-      if (shared) atomicAdd(dst, v);  // a broadcast bias: many i share one element
-      else *dst += v;
+      if (shared)
+        atomicAdd(dst, v);  // a broadcast bias: many i share one element
+      else
+        *dst += v;
     });
 }
 
 }  // namespace
 
-template <class T> void fill(T* p, std::int64_t n, T v, cudaStream_t s) {
+template <class T>
+void fill(T* p, std::int64_t n, T v, cudaStream_t s) {
   if (n <= 0) return;
   fill_kernel<<<grid_for(n), block_size, 0, s>>>(p, n, v);
   check_launch("fill");
 }
-template <class T> void axpy(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s) {
+template <class T>
+void axpy(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s) {
   if (n <= 0) return;
   axpy_kernel<<<grid_for(n), block_size, 0, s>>>(n, alpha, x, y);
   check_launch("axpy");
 }
 template <class T>
-void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride, std::int64_t batch, T beta,
-                    cudaStream_t s) {
+void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride, std::int64_t batch,
+                    T beta, cudaStream_t s) {
   if (m <= 0 || n <= 0 || batch <= 0 || beta == T(1)) return;
   scale_matrices_kernel<<<grid_for(batch * m * n), block_size, 0, s>>>(c, m, n, ld, stride, batch, beta);
   check_launch("scale_matrices");
 }
-template <class T> void sum(const T* x, std::int64_t n, T* out, cudaStream_t s) {
+template <class T>
+void sum(const T* x, std::int64_t n, T* out, cudaStream_t s) {
   sum_kernel<<<1, block_size, 0, s>>>(x, n, out);  // n == 0 writes 0
   check_launch("sum");
 }
-template <class T> void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+template <class T>
+void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
   if (rows * cols <= 0) return;
   transpose_kernel<<<grid_for(rows * cols), block_size, 0, s>>>(in, out, rows, cols);
   check_launch("transpose_2d");
@@ -150,7 +164,8 @@ void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t exten
   broadcast_middle_kernel<<<grid_for(outer * extent * inner), block_size, 0, s>>>(g, out, outer, extent, inner);
   check_launch("broadcast_middle");
 }
-template <class T> void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+template <class T>
+void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
   softmax_rows_kernel<<<grid_for(rows), block_size, 0, s>>>(x, rows, cols);
   check_launch("softmax_rows");
@@ -161,29 +176,31 @@ void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t co
   softmax_backward_kernel<<<grid_for(rows), block_size, 0, s>>>(p, dp, rows, cols, scale);
   check_launch("softmax_backward_rows");
 }
-template <class T> void fused_forward(const FusedProgram<T>& program, T* out, std::int64_t n, cudaStream_t s) {
+template <class T>
+void fused_forward(const FusedProgram<T>& program, T* out, std::int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   fused_forward_kernel<<<grid_for(n), block_size, 0, s>>>(program, out, n);
   check_launch("fused element-wise pass");
 }
-template <class T> void fused_backward(const FusedProgram<T>& program, const T* g, std::int64_t n, cudaStream_t s) {
+template <class T>
+void fused_backward(const FusedProgram<T>& program, const T* g, std::int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   fused_backward_kernel<<<grid_for(n), block_size, 0, s>>>(program, g, n);
   check_launch("fused element-wise backward pass");
 }
 
-#define SHARDEX_INSTANTIATE(T)                                                                                        \
-  template void fill<T>(T*, std::int64_t, T, cudaStream_t);                                                           \
-  template void axpy<T>(std::int64_t, T, const T*, T*, cudaStream_t);                                                 \
-  template void scale_matrices<T>(T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, T,        \
-                                  cudaStream_t);                                                                      \
-  template void sum<T>(const T*, std::int64_t, T*, cudaStream_t);                                                     \
-  template void transpose_2d<T>(const T*, T*, std::int64_t, std::int64_t, cudaStream_t);                              \
-  template void sum_middle<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);                  \
-  template void broadcast_middle<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);            \
-  template void softmax_rows<T>(T*, std::int64_t, std::int64_t, cudaStream_t);                                        \
-  template void softmax_backward_rows<T>(const T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);                  \
-  template void fused_forward<T>(const FusedProgram<T>&, T*, std::int64_t, cudaStream_t);                             \
+#define SHARDEX_INSTANTIATE(T)                                                                                 \
+  template void fill<T>(T*, std::int64_t, T, cudaStream_t);                                                    \
+  template void axpy<T>(std::int64_t, T, const T*, T*, cudaStream_t);                                          \
+  template void scale_matrices<T>(T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, T, \
+                                  cudaStream_t);                                                               \
+  template void sum<T>(const T*, std::int64_t, T*, cudaStream_t);                                              \
+  template void transpose_2d<T>(const T*, T*, std::int64_t, std::int64_t, cudaStream_t);                       \
+  template void sum_middle<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);           \
+  template void broadcast_middle<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);     \
+  template void softmax_rows<T>(T*, std::int64_t, std::int64_t, cudaStream_t);                                 \
+  template void softmax_backward_rows<T>(const T*, T*, std::int64_t, std::int64_t, T, cudaStream_t);           \
+  template void fused_forward<T>(const FusedProgram<T>&, T*, std::int64_t, cudaStream_t);                      \
   template void fused_backward<T>(const FusedProgram<T>&, const T*, std::int64_t, cudaStream_t);
 
 SHARDEX_INSTANTIATE(float)

@@ -33,8 +33,10 @@ struct Communicator::Handle {
       while ((st == ncclSuccess || st == ncclInProgress) && ncclCommGetAsyncError(comm, &st) == ncclSuccess &&
              st == ncclInProgress && std::chrono::steady_clock::now() < deadline)
         std::this_thread::yield();
-      if (st == ncclSuccess) ncclCommDestroy(comm);
-      else ncclCommAbort(comm);
+      if (st == ncclSuccess)
+        ncclCommDestroy(comm);
+      else
+        ncclCommAbort(comm);
     }
     if (compute_done) cudaEventDestroy(compute_done);
     if (stream) cudaStreamDestroy(stream);
@@ -183,7 +185,8 @@ void Communicator::finish(ncclResult_t rc, const char* what) const {
       issued = true;
       const cudaError_t s = cudaStreamQuery(h.stream);
       if (s == cudaSuccess) return;
-      if (s != cudaErrorNotReady) fail(std::string("the NCCL stream reported ") + cudaGetErrorName(s) + ": " + cudaGetErrorString(s));
+      if (s != cudaErrorNotReady)
+        fail(std::string("the NCCL stream reported ") + cudaGetErrorName(s) + ": " + cudaGetErrorString(s));
     }
     if (std::chrono::steady_clock::now() - start > h.timeout)
       fail(std::string("no progress after ") + std::to_string(h.timeout.count()) + " ms (" +
@@ -196,9 +199,13 @@ void Communicator::finish(ncclResult_t rc, const char* what) const {
 namespace {
 std::int64_t elem_bytes(ncclDataType_t t) {
   switch (t) {
-    case ncclFloat32: return 4;
-    case ncclFloat64: case ncclInt64: return 8;
-    default: return 1;
+    case ncclFloat32:
+      return 4;
+    case ncclFloat64:
+    case ncclInt64:
+      return 8;
+    default:
+      return 1;
   }
 }
 }  // namespace
@@ -207,7 +214,8 @@ void Communicator::all_gather_raw(const void* send, void* recv, std::int64_t cou
   if (count == 0) return;  // NCCL drops count-0 collectives anyway
   detail::record_backend_call("all_gather", count * elem_bytes(t));
   begin("all_gather");
-  finish(ncclAllGather(send, recv, static_cast<std::size_t>(count), t, handle_->comm, handle_->stream), "ncclAllGather");
+  finish(ncclAllGather(send, recv, static_cast<std::size_t>(count), t, handle_->comm, handle_->stream),
+         "ncclAllGather");
 }
 
 void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
@@ -222,7 +230,8 @@ void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t cou
   if (count == 0) return;
   detail::record_backend_call("all_reduce", count * elem_bytes(t));
   begin("all_reduce");
-  finish(ncclAllReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream), "ncclAllReduce");
+  finish(ncclAllReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream),
+         "ncclAllReduce");
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
@@ -236,11 +245,11 @@ void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t cou
   const auto elem = static_cast<std::size_t>(elem_bytes(t));
   ncclResult_t rc = ncclGroupStart();
   for (int peer = 0; rc == ncclSuccess && peer < size_; ++peer) {
-    rc = ncclSend(static_cast<const char*>(send) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t,
-                  peer, handle_->comm, handle_->stream);
+    rc = ncclSend(static_cast<const char*>(send) + static_cast<std::size_t>(peer * count) * elem,
+                  static_cast<std::size_t>(count), t, peer, handle_->comm, handle_->stream);
     if (rc == ncclSuccess)
-      rc = ncclRecv(static_cast<char*>(recv) + static_cast<std::size_t>(peer * count) * elem, static_cast<std::size_t>(count), t,
-                    peer, handle_->comm, handle_->stream);
+      rc = ncclRecv(static_cast<char*>(recv) + static_cast<std::size_t>(peer * count) * elem,
+                    static_cast<std::size_t>(count), t, peer, handle_->comm, handle_->stream);
   }
   const ncclResult_t end = ncclGroupEnd();
   if (rc != ncclSuccess) {
@@ -253,11 +262,13 @@ void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t cou
 
 void Communicator::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) const {
   if (root < 0 || root >= size_)
-    throw invalid_argument("shardex::nccl::broadcast" + where(control()) + ": root " + std::to_string(root) + " out of range");
+    throw invalid_argument("shardex::nccl::broadcast" + where(control()) + ": root " + std::to_string(root) +
+                           " out of range");
   if (count == 0) return;
   detail::record_backend_call("broadcast", root == rank_ ? count * elem_bytes(t) : 0);
   begin("broadcast");
-  finish(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, handle_->comm, handle_->stream), "ncclBroadcast");
+  finish(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, handle_->comm, handle_->stream),
+         "ncclBroadcast");
 }
 
 // ---- Group ---------------------------------------------------------------------
@@ -278,7 +289,8 @@ Group::~Group() {
     // letting the watchdog find out minutes later.
     open_ = false;
     ncclGroupEnd();
-    comm_->abort("a group of NCCL calls on rank " + std::to_string(comm_->rank()) + " was left by an exception before end()");
+    comm_->abort("a group of NCCL calls on rank " + std::to_string(comm_->rank()) +
+                 " was left by an exception before end()");
     return;
   }
   try {
@@ -289,15 +301,16 @@ Group::~Group() {
 
 void Group::check_peer(int peer, const char* what) const {
   if (peer < 0 || peer >= comm_->size())
-    throw invalid_argument(std::string("shardex::nccl::Group::") + what + " on rank " + std::to_string(comm_->rank()) + " of " +
-                           std::to_string(comm_->size()) + ": peer " + std::to_string(peer) + " out of range");
+    throw invalid_argument(std::string("shardex::nccl::Group::") + what + " on rank " + std::to_string(comm_->rank()) +
+                           " of " + std::to_string(comm_->size()) + ": peer " + std::to_string(peer) + " out of range");
 }
 
 void Group::check_issue(ncclResult_t rc, const char* what) {
   if (rc == ncclSuccess || rc == ncclInProgress) return;
   open_ = false;
   ncclGroupEnd();
-  const std::string msg = std::string("shardex::nccl::") + what + " on rank " + std::to_string(comm_->rank()) + ": " + ncclGetErrorString(rc);
+  const std::string msg = std::string("shardex::nccl::") + what + " on rank " + std::to_string(comm_->rank()) + ": " +
+                          ncclGetErrorString(rc);
   comm_->abort(msg);
   throw backend_error(msg, static_cast<int>(rc));
 }
@@ -306,15 +319,17 @@ void Group::broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int r
   check_peer(root, "broadcast");
   if (count == 0) return;
   detail::record_backend_call("broadcast", root == comm_->rank() ? count * elem_bytes(t) : 0);
-  check_issue(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, comm_->native(), comm_->stream()), "ncclBroadcast");
+  check_issue(ncclBroadcast(buf, buf, static_cast<std::size_t>(count), t, root, comm_->native(), comm_->stream()),
+              "ncclBroadcast");
 }
 
 void Group::reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t, int root) {
   check_peer(root, "reduce");
   if (count == 0) return;
   detail::record_backend_call("reduce", count * elem_bytes(t));
-  check_issue(ncclReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, root, comm_->native(), comm_->stream()),
-              "ncclReduce");
+  check_issue(
+      ncclReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, root, comm_->native(), comm_->stream()),
+      "ncclReduce");
 }
 
 void Group::send_raw(const void* buf, std::int64_t count, ncclDataType_t t, int peer) {

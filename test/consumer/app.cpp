@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   int wrong = 0;
   for (std::int64_t i = 0; i < rows; ++i)
     for (std::int64_t j = 0; j < 3; ++j) wrong += y(i, j) != double(10 * i + j);
-  if (comm.rank() == 0) std::printf("consumer: all_gather of %lld uneven rows on %d ranks: %s\n", static_cast<long long>(rows),
-                                    comm.size(), wrong == 0 ? "ok" : "WRONG");
+  if (comm.rank() == 0)
+    std::printf("consumer: all_gather of %lld uneven rows on %d ranks: %s\n", static_cast<long long>(rows), comm.size(),
+                wrong == 0 ? "ok" : "WRONG");
   return wrong == 0 ? 0 : 1;
 }

@@ -35,12 +35,12 @@ namespace {
 
 /// CHECK that `expr` throws shardex::invalid_argument whose message contains
 /// every one of the pieces (each a std::string).
-#define CHECK_BAD_INPUT(expr, ...)                                                                   \
-  do {                                                                                               \
-    for (const std::string& piece_ : std::vector<std::string>{__VA_ARGS__}) {                        \
-      CAPTURE(piece_);                                                                               \
-      CHECK_THROWS_WITH_AS(expr, doctest::Contains(piece_.c_str()), ::shardex::invalid_argument);    \
-    }                                                                                                \
+#define CHECK_BAD_INPUT(expr, ...)                                                                \
+  do {                                                                                            \
+    for (const std::string& piece_ : std::vector<std::string>{__VA_ARGS__}) {                     \
+      CAPTURE(piece_);                                                                            \
+      CHECK_THROWS_WITH_AS(expr, doctest::Contains(piece_.c_str()), ::shardex::invalid_argument); \
+    }                                                                                             \
   } while (0)
 
 /// The message of the invalid_argument `f` throws, or a description of what
@@ -90,12 +90,14 @@ TEST_CASE("a lengths list whose count is not the world size") {
   const auto& comm = world();
   const int n = comm.size(), r = comm.rank();
   const auto bad = ten_on_last(n, 1);  // n + 1 entries summing to 10
-  const std::string count = "has " + std::to_string(n + 1) + " entries but the communicator has " + std::to_string(n) + " ranks";
+  const std::string count =
+      "has " + std::to_string(n + 1) + " entries but the communicator has " + std::to_string(n) + " ranks";
   const auto partial = Tensor<float, Partial>::ones(comm, {5, 10});
   const auto replicated = Tensor<float, Replicated>::ones(comm, {5, 10});
 
   SUBCASE("eager::reduce_scatter (collective)") {
-    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, bad)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", count);
+    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, bad)), "shardex::reduce_scatter", rank_str(r),
+                    "(5, 10)", count);
   }
   SUBCASE("reduce_scatter with every strategy") {
     for (Strategy s : {Strategy::padded, Strategy::per_root, Strategy::v_collective, Strategy::automatic}) {
@@ -120,16 +122,19 @@ TEST_CASE("a lengths list whose count is not the world size") {
     const layout_mapping<Sharded<1>> m(bad);
     CHECK_BAD_INPUT(((void)Tensor<double, Sharded<1>>::zeros(comm, {5, 10}, m)), "shardex::Tensor::zeros", rank_str(r),
                     "(5, 10)", count);
-    CHECK_BAD_INPUT(((void)Tensor<double, Sharded<1>>::ones(comm, {5, 10}, m)), "shardex::Tensor", rank_str(r), "(5, 10)", count);
-    CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::full(comm, {5, 10}, 2.0f, m)), "shardex::Tensor", "(5, 10)", count);
+    CHECK_BAD_INPUT(((void)Tensor<double, Sharded<1>>::ones(comm, {5, 10}, m)), "shardex::Tensor", rank_str(r),
+                    "(5, 10)", count);
+    CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::full(comm, {5, 10}, 2.0f, m)), "shardex::Tensor", "(5, 10)",
+                    count);
   }
   SUBCASE("from_local (collective)") {
     const std::vector<float> data(static_cast<std::size_t>(5 * (r == n - 1 ? 10 : 0)));
     const Shape local{5, r == n - 1 ? 10 : 0};
     // Every rank's input is bad: every rank throws the message of the first, rank 0.
-    CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::from_local(comm, local, data, layout_mapping<Sharded<1>>(bad))),
-                    "shardex::Tensor::from_local", "on " + rank_str(0), "local shape " + Shape{5, n == 1 ? 10 : 0}.str(),
-                    "has " + std::to_string(n + 1) + " entries but the communicator has " + std::to_string(n) + " ranks");
+    CHECK_BAD_INPUT(
+        ((void)Tensor<float, Sharded<1>>::from_local(comm, local, data, layout_mapping<Sharded<1>>(bad))),
+        "shardex::Tensor::from_local", "on " + rank_str(0), "local shape " + Shape{5, n == 1 ? 10 : 0}.str(),
+        "has " + std::to_string(n + 1) + " entries but the communicator has " + std::to_string(n) + " ranks");
   }
   SUBCASE("static lengths<1, 2, 3, 4> fit four ranks only") {
     using S = Sharded<1, lengths<1, 2, 3, 4>>;
@@ -163,13 +168,12 @@ TEST_CASE("a local extent that is not lengths[rank], on one rank only") {
     // Every rank throws the bad rank's message: the operation, the bad rank, its shape and the lengths.
     CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::from_local(comm, local, data, m)), "shardex::Tensor::from_local",
                     "on " + rank_str(bad) + " of " + std::to_string(n), "local shape " + bad_local.str(),
-                    "the local extent along sharded dim 1 is " + std::to_string(n + 1) + " but lengths[" + std::to_string(bad) +
-                        "] is " + std::to_string(n));
+                    "the local extent along sharded dim 1 is " + std::to_string(n + 1) + " but lengths[" +
+                        std::to_string(bad) + "] is " + std::to_string(n));
     CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::view_local(comm, local, data.data(), data.size(), m)),
                     "shardex::Tensor::from_local", "on " + rank_str(bad), "local shape " + bad_local.str());
     // The other ranks say who reported it and who they are.
-    const std::string msg =
-        message_of([&] { (void)Tensor<float, Sharded<1>>::from_local(comm, local, data, m); });
+    const std::string msg = message_of([&] { (void)Tensor<float, Sharded<1>>::from_local(comm, local, data, m); });
     if (r != bad) {
       CHECK(msg.find("reported by " + rank_str(bad) + "; this is " + rank_str(r)) != std::string::npos);
     } else {
@@ -190,8 +194,9 @@ TEST_CASE("a local extent that is not lengths[rank], on one rank only") {
     const Shape local{r == 0 ? 4 : 3, r + 1};
     std::vector<float> data(static_cast<std::size_t>(local.numel()), 1.0f);
     if (n >= 2) {
-      CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::from_local(comm, local, data, m)), "shardex::Tensor::from_local",
-                      rank_str(r), "local shape " + local.str(), "not making the same call");
+      CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::from_local(comm, local, data, m)),
+                      "shardex::Tensor::from_local", rank_str(r), "local shape " + local.str(),
+                      "not making the same call");
     } else {
       CHECK_NOTHROW((void)Tensor<float, Sharded<1>>::from_local(comm, local, data, m));
     }
@@ -213,14 +218,14 @@ TEST_CASE("negative lengths") {
   const auto neg = negative(10);
   const auto partial = Tensor<float, Partial>::ones(comm, {5, 10});
   const std::string what = "length of rank 0 is negative";
-  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, neg)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", what);
-  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<float, Replicated>::ones(comm, {5, 10}), neg)), "slice", rank_str(r),
+  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, neg)), "shardex::reduce_scatter", rank_str(r),
                   "(5, 10)", what);
-  CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::zeros(comm, {5, 10}, layout_mapping<Sharded<1>>(neg))), "shardex::Tensor",
-                  rank_str(r), "(5, 10)", what);
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<float, Replicated>::ones(comm, {5, 10}), neg)),
+                  "slice", rank_str(r), "(5, 10)", what);
+  CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::zeros(comm, {5, 10}, layout_mapping<Sharded<1>>(neg))),
+                  "shardex::Tensor", rank_str(r), "(5, 10)", what);
   const auto x = Tensor<double, Sharded<0>>::ones(comm, {10, 5}, layout_mapping<Sharded<0>>(ten_on_last(n)));
-  CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<1>>(x, negative(5))), "all_to_all", rank_str(r),
-                  "(10, 5)", what);
+  CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<1>>(x, negative(5))), "all_to_all", rank_str(r), "(10, 5)", what);
   check_communicator_still_works();
 }
 
@@ -229,22 +234,22 @@ TEST_CASE("a sharded dim out of range") {
   const int n = comm.size(), r = comm.rank();
   const auto ls = ten_on_last(n);
   const std::string range = "sharded dim 3 is out of range for a 2-d tensor";
-  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<3>>(Tensor<float, Replicated>::ones(comm, {5, 10}), ls)), "slice", rank_str(r),
-                  "(5, 10)", range);
-  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<3>>(Tensor<float, Partial>::ones(comm, {5, 10}), ls)), "reduce_scatter",
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<3>>(Tensor<float, Replicated>::ones(comm, {5, 10}), ls)), "slice",
                   rank_str(r), "(5, 10)", range);
+  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<3>>(Tensor<float, Partial>::ones(comm, {5, 10}), ls)),
+                  "reduce_scatter", rank_str(r), "(5, 10)", range);
   const auto x = Tensor<float, Sharded<1>>::ones(comm, {5, 10}, layout_mapping<Sharded<1>>(ls));
   CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<2>>(x, ls)), "all_to_all", rank_str(r), "(5, 10)",
                   "sharded dim 2 is out of range for a 2-d tensor");
-  CHECK_BAD_INPUT(((void)Tensor<float, Sharded<2>>::zeros(comm, {5, 10}, layout_mapping<Sharded<2>>(ls))), "shardex::Tensor",
-                  rank_str(r), "(5, 10)", "sharded dim 2 is out of range");
+  CHECK_BAD_INPUT(((void)Tensor<float, Sharded<2>>::zeros(comm, {5, 10}, layout_mapping<Sharded<2>>(ls))),
+                  "shardex::Tensor", rank_str(r), "(5, 10)", "sharded dim 2 is out of range");
   // A 0-d tensor has no dim 0 to shard.
-  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<0>>(Tensor<double, Partial>::ones(comm, Shape{}), std::vector<std::int64_t>(
-                                                                                                     static_cast<std::size_t>(n), 0))),
+  CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<0>>(Tensor<double, Partial>::ones(comm, Shape{}),
+                                                           std::vector<std::int64_t>(static_cast<std::size_t>(n), 0))),
                   "reduce_scatter", rank_str(r), "sharded dim 0 is out of range for a 0-d tensor");
   std::vector<float> data(static_cast<std::size_t>(r == n - 1 ? 10 : 0));
   CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::from_local(comm, Shape{r == n - 1 ? 10 : 0}, data,
-                                                              layout_mapping<Sharded<1>>(ls))),
+                                                               layout_mapping<Sharded<1>>(ls))),
                   "shardex::Tensor::from_local", rank_str(r), "sharded dim 1 is out of range for a 1-d tensor");
   check_communicator_still_works();
 }
@@ -258,13 +263,15 @@ TEST_CASE("lengths that do not sum to the global extent") {
   const auto partial = Tensor<float, Partial>::ones(comm, {5, 10});
   for (Strategy s : {Strategy::padded, Strategy::per_root, Strategy::v_collective}) {
     CAPTURE(strategy_name(s));
-    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, nine, s)), "shardex::reduce_scatter", rank_str(r), "(5, 10)", sum);
+    CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(partial, nine, s)), "shardex::reduce_scatter", rank_str(r),
+                    "(5, 10)", sum);
   }
-  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<double, Replicated>::ones(comm, {5, 10}), nine)), "slice", rank_str(r),
-                  "(5, 10)", sum);
-  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<double, Invariant>::ones(comm, {5, 10}), nine)), "slice", "(5, 10)", sum);
-  CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::ones(comm, {5, 10}, layout_mapping<Sharded<1>>(nine))), "shardex::Tensor",
-                  rank_str(r), "(5, 10)", sum);
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<double, Replicated>::ones(comm, {5, 10}), nine)),
+                  "slice", rank_str(r), "(5, 10)", sum);
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<1>>(Tensor<double, Invariant>::ones(comm, {5, 10}), nine)),
+                  "slice", "(5, 10)", sum);
+  CHECK_BAD_INPUT(((void)Tensor<float, Sharded<1>>::ones(comm, {5, 10}, layout_mapping<Sharded<1>>(nine))),
+                  "shardex::Tensor", rank_str(r), "(5, 10)", sum);
   const auto x = Tensor<float, Sharded<0>>::ones(comm, {7, 10}, layout_mapping<Sharded<0>>([&] {
                                                    std::vector<std::int64_t> ls(static_cast<std::size_t>(n), 0);
                                                    ls[0] = 7;
@@ -272,7 +279,8 @@ TEST_CASE("lengths that do not sum to the global extent") {
                                                  }()));
   for (Strategy s : {Strategy::padded, Strategy::v_collective, Strategy::send_recv}) {
     CAPTURE(strategy_name(s));
-    CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<1>>(x, nine, s)), "shardex::all_to_all", rank_str(r), "(7, 10)", sum);
+    CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<1>>(x, nine, s)), "shardex::all_to_all", rank_str(r), "(7, 10)",
+                    sum);
   }
   check_communicator_still_works();
 }
@@ -311,18 +319,21 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   SUBCASE("reduce_scatter: v_collective on the last rank, per_root on the others") {
     const Strategy s = r == n - 1 ? Strategy::v_collective : Strategy::per_root;
     CHECK_BAD_INPUT(((void)eager::reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), ls, s)),
-                    "shardex::reduce_scatter", rank_str(r), global, mismatch, std::string("strategy ") + strategy_name(s));
+                    "shardex::reduce_scatter", rank_str(r), global, mismatch,
+                    std::string("strategy ") + strategy_name(s));
   }
   SUBCASE("all_reduce of different global shapes") {
     const Shape shape{5, r == 0 ? 11 : 10};
     const auto p = made_unchecked([&] { return Tensor<double, Partial>::ones(comm, shape); });
-    CHECK_BAD_INPUT(((void)eager::all_reduce(p)), "shardex::all_reduce", rank_str(r),
-                    shape.str(), mismatch);
+    CHECK_BAD_INPUT(((void)eager::all_reduce(p)), "shardex::all_reduce", rank_str(r), shape.str(), mismatch);
   }
   SUBCASE("all_gather of different global shapes") {
     const std::int64_t rows = r == 1 ? 6 : 5;
-    const auto y = made_unchecked([&] { return Tensor<float, Sharded<1>>::ones(comm, {rows, total}, layout_mapping<Sharded<1>>(ls)); });
-    CHECK_BAD_INPUT(((void)eager::all_gather(y)), "shardex::all_gather", rank_str(r), "(" + std::to_string(rows) + ", ", mismatch);
+    const auto y = made_unchecked([&] {
+      return Tensor<float, Sharded<1>>::ones(comm, {rows, total}, layout_mapping<Sharded<1>>(ls));
+    });
+    CHECK_BAD_INPUT(((void)eager::all_gather(y)), "shardex::all_gather", rank_str(r), "(" + std::to_string(rows) + ", ",
+                    mismatch);
   }
   SUBCASE("all_reduce of different dtypes") {
     if (r == 0) {
@@ -335,10 +346,11 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   }
   SUBCASE("different operations: all_gather on rank 0, all_to_all on the others") {
     if (r == 0) {
-      CHECK_BAD_INPUT(((void)eager::all_gather(x)), "shardex::all_gather", rank_str(r), global, mismatch, "by the call they make: rank 0 | rank");
+      CHECK_BAD_INPUT(((void)eager::all_gather(x)), "shardex::all_gather", rank_str(r), global, mismatch,
+                      "by the call they make: rank 0 | rank");
     } else {
-      CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<0>>(x, all_on_last(n, 5))), "shardex::all_to_all", rank_str(r), global, mismatch,
-                      n == 2 ? "rank 0 | rank 1)" : "rank 0 | ranks 1, 2");
+      CHECK_BAD_INPUT(((void)eager::all_to_all<Sharded<0>>(x, all_on_last(n, 5))), "shardex::all_to_all", rank_str(r),
+                      global, mismatch, n == 2 ? "rank 0 | rank 1)" : "rank 0 | ranks 1, 2");
     }
   }
   SUBCASE("reduce_scatter to lengths that differ across ranks") {
@@ -351,7 +363,9 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
     // Made unchecked (Tensor::ones would report it), the disagreement surfaces at the first collective.
     std::vector<std::int64_t> mine = ls;
     if (r == 0) std::reverse(mine.begin(), mine.end());
-    const auto y = made_unchecked([&] { return Tensor<float, Sharded<1>>::ones(comm, {5, total}, layout_mapping<Sharded<1>>(mine)); });
+    const auto y = made_unchecked([&] {
+      return Tensor<float, Sharded<1>>::ones(comm, {5, total}, layout_mapping<Sharded<1>>(mine));
+    });
     CHECK_BAD_INPUT(((void)eager::all_gather(y)), "shardex::all_gather", rank_str(r), global, mismatch);
   }
   SUBCASE("from_local with lengths that differ across ranks") {
@@ -373,8 +387,9 @@ TEST_CASE("calls that do not match across ranks throw on every rank instead of h
   SUBCASE("bad lengths on one rank only") {
     std::vector<std::int64_t> mine = ls;
     if (r == n - 1) mine.back() += 1;  // sums to total + 1 on the last rank
-    const std::string msg = message_of(
-        [&] { (void)eager::reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), mine); });
+    const std::string msg = message_of([&] {
+      (void)eager::reduce_scatter<Sharded<1>>(Tensor<float, Partial>::ones(comm, {5, total}), mine);
+    });
     CHECK(msg.find("shardex::reduce_scatter on " + rank_str(n - 1)) != std::string::npos);
     CHECK(msg.find("but the global extent of dim 1 is " + std::to_string(total)) != std::string::npos);
     CHECK(msg.find(global) != std::string::npos);
@@ -396,7 +411,8 @@ TEST_CASE("a data span of the wrong size") {
                            std::to_string(bad_local.numel());
   CHECK_BAD_INPUT(((void)Tensor<double, Sharded<1>>::from_local(comm, local, data, layout_mapping<Sharded<1>>(ls))),
                   "shardex::Tensor::from_local", "on " + rank_str(bad), "local shape " + bad_local.str(), what);
-  CHECK_BAD_INPUT(((void)Tensor<double, Sharded<1>>::view_local(comm, local, data.data(), data.size(), layout_mapping<Sharded<1>>(ls))),
+  CHECK_BAD_INPUT(((void)Tensor<double, Sharded<1>>::view_local(comm, local, data.data(), data.size(),
+                                                                layout_mapping<Sharded<1>>(ls))),
                   "shardex::Tensor::from_local", "on " + rank_str(bad), what);
   // Whole layouts too: one element too many on the bad rank.
   std::vector<float> whole(static_cast<std::size_t>(6 + (r == bad ? 1 : 0)), 1.0f);
@@ -421,9 +437,11 @@ TEST_CASE("an empty tensor (default-constructed or moved-from) throws wherever i
   Tensor<float, Sharded<0>> empty;
   CHECK_FALSE(empty.valid());
   CHECK_THROWS_WITH_AS(eval(all_gather(empty)), doctest::Contains("the tensor is empty"), error);
-  CHECK_THROWS_WITH_AS(transit<Replicated>(empty, {}), doctest::Contains("shardex::all_gather: the tensor is empty"), error);
+  CHECK_THROWS_WITH_AS(transit<Replicated>(empty, {}), doctest::Contains("shardex::all_gather: the tensor is empty"),
+                       error);
   Tensor<float, Partial> p0;
-  CHECK_THROWS_WITH_AS(transit<Replicated>(p0, {}), doctest::Contains("shardex::all_reduce: the tensor is empty"), error);
+  CHECK_THROWS_WITH_AS(transit<Replicated>(p0, {}), doctest::Contains("shardex::all_reduce: the tensor is empty"),
+                       error);
   CHECK_THROWS_WITH_AS((Tensor<float, Partial>(sum(p0))), doctest::Contains("the tensor is empty"), error);
 
   auto a = Tensor<float, Sharded<0>>::ones(comm, g, layout_mapping<Sharded<0>>(lens));
@@ -443,18 +461,22 @@ TEST_CASE("an empty tensor (default-constructed or moved-from) throws wherever i
 
 TEST_CASE("shapes are checked when a tensor is made: negative extents and element counts that overflow 64 bits") {
   const auto& comm = world();
-  CHECK_BAD_INPUT((Tensor<float, Partial>::zeros(comm, {-1, 5})), "shardex::Tensor::zeros", "(-1, 5)", "extent -1 of dim 0 is negative");
+  CHECK_BAD_INPUT((Tensor<float, Partial>::zeros(comm, {-1, 5})), "shardex::Tensor::zeros", "(-1, 5)",
+                  "extent -1 of dim 0 is negative");
   CHECK_BAD_INPUT((Tensor<float, Replicated>::ones(comm, {3, -2})), "extent -2 of dim 1 is negative");
-  CHECK_BAD_INPUT((Tensor<double, Invariant>::zeros(comm, {std::int64_t(1) << 32, std::int64_t(1) << 32})), "overflows 64 bits");
+  CHECK_BAD_INPUT((Tensor<double, Invariant>::zeros(comm, {std::int64_t(1) << 32, std::int64_t(1) << 32})),
+                  "overflows 64 bits");
   std::vector<std::int64_t> lens(static_cast<std::size_t>(comm.size()), 0);
   lens[0] = 4;
-  CHECK_BAD_INPUT((Tensor<float, Sharded<1>>::ones(comm, {-2, 4}, layout_mapping<Sharded<1>>(lens))), "extent -2 of dim 0 is negative");
+  CHECK_BAD_INPUT((Tensor<float, Sharded<1>>::ones(comm, {-2, 4}, layout_mapping<Sharded<1>>(lens))),
+                  "extent -2 of dim 0 is negative");
   std::vector<float> local(8, 1.f);
-  CHECK_BAD_INPUT((Tensor<float, Replicated>::from_local(comm, Shape{-2, -4}, std::span<const float>(local))), "negative",
-                  "shardex::Tensor::from_local");
+  CHECK_BAD_INPUT((Tensor<float, Replicated>::from_local(comm, Shape{-2, -4}, std::span<const float>(local))),
+                  "negative", "shardex::Tensor::from_local");
 }
 
-TEST_CASE("a local part too large for the backend's counts is refused before allocating; a failed allocation throws on every rank") {
+TEST_CASE(
+    "a local part too large for the backend's counts is refused before allocating; a failed allocation throws on every rank") {
   const auto& comm = world();
   const int n = comm.size(), last = n - 1;
   std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 0);
@@ -501,11 +523,14 @@ TEST_CASE("the factories agree across ranks: lengths wrong on one rank, or shape
   std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 1);
   if (comm.rank() == 1) lens[0] = 2;  // sums to n + 1 on rank 1 only
   const Shape g{n, 2};
-  CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::zeros(comm, g, layout_mapping<Sharded<0>>(lens))), "shardex::Tensor::zeros on rank 1",
+  CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::zeros(comm, g, layout_mapping<Sharded<0>>(lens))),
+                  "shardex::Tensor::zeros on rank 1",
                   "(layout S(0)[dyn], global shape (" + std::to_string(n) + ", 2))");
-  CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::ones(comm, g, layout_mapping<Sharded<0>>(lens))), "shardex::Tensor::full on rank 1");
+  CHECK_BAD_INPUT((Tensor<float, Sharded<0>>::ones(comm, g, layout_mapping<Sharded<0>>(lens))),
+                  "shardex::Tensor::full on rank 1");
   // slice does not communicate, but its lengths must hold on every rank too.
-  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<0>>(Tensor<float, Replicated>::ones(comm, g), lens)), "slice", "on rank 1");
+  CHECK_BAD_INPUT(((void)eager::dynamic_slice<Sharded<0>>(Tensor<float, Replicated>::ones(comm, g), lens)), "slice",
+                  "on rank 1");
   // Valid on each rank alone, different across ranks.
   const Shape mine{n, comm.rank() == 1 ? 3 : 2};
   CHECK_BAD_INPUT((Tensor<double, Replicated>::zeros(comm, mine)), "the ranks are not making the same call");

@@ -60,7 +60,8 @@ T value_at(std::span<const std::int64_t> idx, int salt) {
 
 template <class T, class L>
 Tensor<T, L> make(const mpi::Communicator& comm, const Shape& g, layout_mapping<L> m, int salt) {
-  return Tensor<T, L>::from_function(comm, g, [&](std::span<const std::int64_t> idx) { return value_at<T>(idx, salt); }, std::move(m));
+  return Tensor<T, L>::from_function(
+      comm, g, [&](std::span<const std::int64_t> idx) { return value_at<T>(idx, salt); }, std::move(m));
 }
 
 /// Whether every local element is bit for bit the value of its global index.
@@ -72,8 +73,10 @@ bool holds(const Tensor<T, L>& t, int salt) {
 
 template <class L>
 layout_mapping<L> lengths_of(const Lens& ls) {
-  if constexpr (is_sharded_v<L>) return layout_mapping<L>(ls);
-  else return {};
+  if constexpr (is_sharded_v<L>)
+    return layout_mapping<L>(ls);
+  else
+    return {};
 }
 
 std::vector<char> bytes_of(const std::string& path) {
@@ -84,8 +87,8 @@ std::vector<char> bytes_of(const std::string& path) {
 /// Loads tensor `name` (saved with `salt`) on `comm` in layout L with lengths
 /// drawn for that communicator, and checks its values.
 template <class T, class L>
-bool load_and_check(const mpi::Communicator& comm, const std::string& path, const std::string& name, const Shape& g, int salt,
-                    std::mt19937_64& rng) {
+bool load_and_check(const mpi::Communicator& comm, const std::string& path, const std::string& name, const Shape& g,
+                    int salt, std::mt19937_64& rng) {
   Lens ls;
   if constexpr (is_sharded_v<L>) ls = test::random_lengths(rng, comm.size(), g[L::dim]);
   const auto t = load<T, L>(comm, path, name, lengths_of<L>(ls));
@@ -114,21 +117,25 @@ template <class Source, class T, class L>
 bool holds_stored(const Tensor<T, L>& t, const std::string& dtype) {
   const auto expected = Tensor<T, L>::from_function(
       t.comm(), t.shape(),
-      [&](std::span<const std::int64_t> idx) { return static_cast<T>(stored_value(dtype, static_cast<Source>(rounding_value(idx)))); },
+      [&](std::span<const std::int64_t> idx) {
+        return static_cast<T>(stored_value(dtype, static_cast<Source>(rounding_value(idx))));
+      },
       t.mapping());
   return std::memcmp(expected.data(), t.data(), static_cast<std::size_t>(t.size()) * sizeof(T)) == 0;
 }
 
 /// Loads `name` (saved from a float tensor if `from_float`, else a double one) as T in layout L.
 template <class T, class L>
-bool loads_stored(const std::string& path, const std::string& name, const std::string& dtype, bool from_float, const Lens& ls) {
+bool loads_stored(const std::string& path, const std::string& name, const std::string& dtype, bool from_float,
+                  const Lens& ls) {
   const auto t = load<T, L>(world(), path, name, lengths_of<L>(ls));
   return from_float ? holds_stored<float>(t, dtype) : holds_stored<double>(t, dtype);
 }
 
 }  // namespace
 
-TEST_CASE("save with lengths 1..n in every layout, load on every sub-world in every layout with other lengths: bit for bit") {
+TEST_CASE(
+    "save with lengths 1..n in every layout, load on every sub-world in every layout with other lengths: bit for bit") {
   const int n = world().size();
   const Shape g{3, n * (n + 1) / 2 + 1, 4};  // dim 1 takes lengths 1, 2, ..., n plus one on the last rank
   Lens ramp(static_cast<std::size_t>(n));
@@ -201,13 +208,16 @@ TEST_CASE("bad input throws on every rank, naming the file and the tensor; a fai
   const Shape g{4, 3};
   auto rng = test::shared_rng(3);
   save(path, TensorList().add("x", make<double, Sharded<0>>(world(), g, test::random_lengths(rng, n, 4), 1)));
-  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), path, "y")), doctest::Contains("has no tensor \"y\" (it has: x)"), error);
-  CHECK_THROWS_WITH_AS((load<float, Replicated>(world(), path, "x")), doctest::Contains("F64 in the file but float32"), error);
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), path, "y")),
+                       doctest::Contains("has no tensor \"y\" (it has: x)"), error);
+  CHECK_THROWS_WITH_AS((load<float, Replicated>(world(), path, "x")), doctest::Contains("F64 in the file but float32"),
+                       error);
   CHECK_THROWS_WITH_AS((load<double, Sharded<0>>(world(), path, "x", Lens(static_cast<std::size_t>(n), 0))),
                        doctest::Contains("lengths"), invalid_argument);
   // A file cut short, a header that is not JSON, offsets that lie: written by rank 0 from the good one.
   const auto good = bytes_of(path);
-  const std::string cut = path_of("cut.safetensors"), junk = path_of("junk.safetensors"), lies = path_of("lies.safetensors");
+  const std::string cut = path_of("cut.safetensors"), junk = path_of("junk.safetensors"),
+                    lies = path_of("lies.safetensors");
   if (world().rank() == 0) {
     std::ofstream(cut, std::ios::binary).write(good.data(), static_cast<std::streamsize>(good.size() - 8));
     std::string j(good.begin(), good.end());
@@ -222,11 +232,14 @@ TEST_CASE("bad input throws on every rank, naming the file and the tensor; a fai
   world().barrier();
   CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), cut, "x")), doctest::Contains("truncated"), error);
   CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), junk, "x")), doctest::Contains("is not valid JSON"), error);
-  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), lies, "x")), doctest::Contains("data_offsets [8, 96] hold 88 bytes"), error);
-  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), path_of("absent.safetensors"), "x")), doctest::Contains("cannot open"), error);
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), lies, "x")),
+                       doctest::Contains("data_offsets [8, 96] hold 88 bytes"), error);
+  CHECK_THROWS_WITH_AS((load<double, Replicated>(world(), path_of("absent.safetensors"), "x")),
+                       doctest::Contains("cannot open"), error);
   // A path that cannot be written.
-  CHECK_THROWS_WITH_AS(save("/nonexistent-dir/x.safetensors", TensorList().add("x", make<double, Invariant>(world(), g, {}, 1))),
-                       doctest::Contains("cannot create"), error);
+  CHECK_THROWS_WITH_AS(
+      save("/nonexistent-dir/x.safetensors", TensorList().add("x", make<double, Invariant>(world(), g, {}, 1))),
+      doctest::Contains("cannot create"), error);
   // A save that fails (its temporary file cannot be made) leaves the earlier file as it was.
   if (world().rank() == 0) std::filesystem::create_directories(path + ".shardex-partial");
   world().barrier();
@@ -239,7 +252,9 @@ TEST_CASE("bad input throws on every rank, naming the file and the tensor; a fai
     CHECK_THROWS_AS(save(path_of("mixed.safetensors"),
                          TensorList().add(world().rank() == 0 ? "x" : "z", make<double, Invariant>(world(), g, {}, 1))),
                     invalid_argument);
-  CHECK_THROWS_WITH_AS(save(path, TensorList().add("x", make<double, Invariant>(world(), g, {}, 1)).add("x", make<double, Invariant>(world(), g, {}, 2))),
+  CHECK_THROWS_WITH_AS(save(path, TensorList()
+                                      .add("x", make<double, Invariant>(world(), g, {}, 1))
+                                      .add("x", make<double, Invariant>(world(), g, {}, 2))),
                        doctest::Contains("given twice"), invalid_argument);
 }
 
@@ -257,20 +272,24 @@ TEST_CASE("mesh tensors: saved from a dp x tp mesh, loaded on another mesh shape
       mesh, g, std::span<const double>(value.data(), static_cast<std::size_t>(value.size())),
       {test::random_lengths(rng, a, 5), test::random_lengths(rng, n / a, 6)});
   const auto w = MeshTensor<double, M, per_axis<Invariant, Sharded<2>>>::from_global(
-      mesh, g, std::span<const double>(value.data(), static_cast<std::size_t>(value.size())), {{}, test::random_lengths(rng, n / a, 3)});
+      mesh, g, std::span<const double>(value.data(), static_cast<std::size_t>(value.size())),
+      {{}, test::random_lengths(rng, n / a, 3)});
   const std::string path = path_of("mesh.safetensors");
   save(path, TensorList().add("x", x).add("w", w));
   // As plain tensors on the world, and on the transposed mesh (n/a x a) with other layouts.
   CHECK(test::all_ranks(holds(load<double, Sharded<2>>(world(), path, "x", test::random_lengths(rng, n, 3)), 9)));
   CHECK(test::all_ranks(holds(load<double, Replicated>(world(), path, "w"), 9)));
   const M other(world(), {n / a, a});
-  const auto y = load<double, per_axis<Sharded<2>, Replicated>>(other, path, "x", {test::random_lengths(rng, n / a, 3), {}});
+  const auto y =
+      load<double, per_axis<Sharded<2>, Replicated>>(other, path, "x", {test::random_lengths(rng, n / a, 3), {}});
   CHECK(test::all_ranks(to_global(y) == std::vector<double>(value.data(), value.data() + value.size())));
 }
 
 TEST_CASE("load_into: a missing name, a 0-d tensor into a 1-d one; ranks asking for different tensors") {
   const std::string path = path_of("into.safetensors");
-  save(path, TensorList().add("s", make<double, Invariant>(world(), Shape{}, {}, 1)).add("v", make<double, Invariant>(world(), Shape{4}, {}, 2)));
+  save(path, TensorList()
+                 .add("s", make<double, Invariant>(world(), Shape{}, {}, 1))
+                 .add("v", make<double, Invariant>(world(), Shape{4}, {}, 2)));
   auto t = make<double, Replicated>(world(), Shape{4}, {}, 0);
   CHECK_THROWS_WITH_AS(load_into(t, path, "s"), doctest::Contains("has shape () but the tensor to fill"), error);
   CHECK_THROWS_WITH_AS(load_into(t, path, "nope"), doctest::Contains("has no tensor \"nope\""), invalid_argument);
@@ -283,8 +302,10 @@ TEST_CASE("load_into: a missing name, a 0-d tensor into a 1-d one; ranks asking 
   const CheckLevel before = check_level();
   set_check_level(CheckLevel::local);
   if (world().size() > 1)
-    CHECK_THROWS_AS(save(path_of("local.safetensors"), TensorList().add(world().rank() == 0 ? "x" : "y", make<double, Invariant>(world(), Shape{2}, {}, 1))),
-                    invalid_argument);
+    CHECK_THROWS_AS(
+        save(path_of("local.safetensors"),
+             TensorList().add(world().rank() == 0 ? "x" : "y", make<double, Invariant>(world(), Shape{2}, {}, 1))),
+        invalid_argument);
   set_check_level(before);
 }
 
@@ -308,18 +329,29 @@ TEST_CASE("stored as BF16, F16, F32 or F64: the nearest stored value, loaded exa
                  .add("f", x32, StoredAs::native));
   std::map<std::string, std::string> dtypes;
   for (const auto& t : list_tensors(world(), path)) dtypes[t.name] = t.dtype;
-  CHECK(dtypes == std::map<std::string, std::string>{{"d", "F64"}, {"d_bf16", "BF16"}, {"d_f16", "F16"}, {"d_f32", "F32"},
-                                                     {"f", "F32"}, {"f_bf16", "BF16"}, {"f_f16", "F16"}, {"f_f64", "F64"}});
+  CHECK(dtypes == std::map<std::string, std::string>{{"d", "F64"},
+                                                     {"d_bf16", "BF16"},
+                                                     {"d_f16", "F16"},
+                                                     {"d_f32", "F32"},
+                                                     {"f", "F32"},
+                                                     {"f_bf16", "BF16"},
+                                                     {"f_f16", "F16"},
+                                                     {"f_f64", "F64"}});
   // Every tensor into double, every one but the F64 ones into float, in other layouts and lengths.
   for (const auto& [name, dtype] : dtypes) {
     CAPTURE(name);
     const bool from_float = name[0] == 'f';
-    CHECK(test::all_ranks(loads_stored<double, Sharded<0>>(path, name, dtype, from_float, test::random_lengths(rng, n, 6))));
+    CHECK(test::all_ranks(
+        loads_stored<double, Sharded<0>>(path, name, dtype, from_float, test::random_lengths(rng, n, 6))));
     CHECK(test::all_ranks(loads_stored<double, Replicated>(path, name, dtype, from_float, {})));
     if (dtype == "F64")
-      CHECK_THROWS_WITH_AS((load<float, Sharded<2>>(world(), path, name, test::random_lengths(rng, n, 4))),
-                           doctest::Contains("F64 in the file but float32 (F32) was asked for, which would round its values"), invalid_argument);
-    else CHECK(test::all_ranks(loads_stored<float, Sharded<2>>(path, name, dtype, from_float, test::random_lengths(rng, n, 4))));
+      CHECK_THROWS_WITH_AS(
+          (load<float, Sharded<2>>(world(), path, name, test::random_lengths(rng, n, 4))),
+          doctest::Contains("F64 in the file but float32 (F32) was asked for, which would round its values"),
+          invalid_argument);
+    else
+      CHECK(test::all_ranks(
+          loads_stored<float, Sharded<2>>(path, name, dtype, from_float, test::random_lengths(rng, n, 4))));
   }
   // The same bytes when one rank writes it all (the conversion is per element, wherever it happens).
   const std::string one = path_of("stored_by_one.safetensors"), many = path_of("stored_by_world.safetensors");
@@ -328,7 +360,9 @@ TEST_CASE("stored as BF16, F16, F32 or F64: the nearest stored value, loaded exa
   if (world().rank() == 0) {
     const auto b = Tensor<float, Invariant>::from_function(
         self, g, [](std::span<const std::int64_t> idx) { return static_cast<float>(rounding_value(idx)); });
-    save(one, TensorList().add("b", b, StoredAs::bf16).add("h", Tensor<double, Replicated>::from_function(self, g, rounding_value), StoredAs::f16));
+    save(one, TensorList()
+                  .add("b", b, StoredAs::bf16)
+                  .add("h", Tensor<double, Replicated>::from_function(self, g, rounding_value), StoredAs::f16));
   }
   world().barrier();
   CHECK(test::all_ranks(bytes_of(one) == bytes_of(many)));
@@ -342,5 +376,6 @@ TEST_CASE("stored as BF16, F16, F32 or F64: the nearest stored value, loaded exa
       mesh, g, std::span<const double>(whole64.data(), static_cast<std::size_t>(whole64.size())),
       {test::random_lengths(rng, a, 6), test::random_lengths(rng, n / a, 4)});
   save(path_of("stored_mesh.safetensors"), TensorList().add("m", mx, StoredAs::bf16));
-  CHECK(test::all_ranks(loads_stored<float, Sharded<1>>(path_of("stored_mesh.safetensors"), "m", "BF16", false, test::random_lengths(rng, n, 5))));
+  CHECK(test::all_ranks(loads_stored<float, Sharded<1>>(path_of("stored_mesh.safetensors"), "m", "BF16", false,
+                                                        test::random_lengths(rng, n, 5))));
 }

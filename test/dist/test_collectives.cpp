@@ -41,8 +41,10 @@ namespace {
 using Lens = std::vector<std::int64_t>;
 using Index = std::span<const std::int64_t>;
 
-constexpr Strategy gather_strategies[] = {Strategy::padded, Strategy::per_root, Strategy::v_collective, Strategy::automatic};
-constexpr Strategy a2a_strategies[] = {Strategy::padded, Strategy::v_collective, Strategy::send_recv, Strategy::automatic};
+constexpr Strategy gather_strategies[] = {Strategy::padded, Strategy::per_root, Strategy::v_collective,
+                                          Strategy::automatic};
+constexpr Strategy a2a_strategies[] = {Strategy::padded, Strategy::v_collective, Strategy::send_recv,
+                                       Strategy::automatic};
 
 std::uint64_t mix(std::uint64_t z) {  // splitmix64's finalizer
   z += 0x9e3779b97f4a7c15ull;
@@ -60,7 +62,9 @@ double value(std::uint64_t seed, Index idx) {
 }
 
 /// The local part of rank r of a Partial test tensor.
-double partial_value(std::uint64_t seed, int r, Index idx) { return value(seed + 1000003ull * static_cast<std::uint64_t>(r + 1), idx); }
+double partial_value(std::uint64_t seed, int r, Index idx) {
+  return value(seed + 1000003ull * static_cast<std::uint64_t>(r + 1), idx);
+}
 
 std::int64_t sum_of(const Lens& ls) {
   std::int64_t s = 0;
@@ -83,8 +87,9 @@ struct Part {
 /// communication. Not inlined, and one instance per element type, to keep
 /// the compiler's work bounded.
 template <class T>
-[[gnu::noinline]] void check_values(const Shape& global_got, const Shape& local_got, int me, const T* data, const Part& p,
-                                    const std::function<double(Index)>& expected, const std::string& what) {
+[[gnu::noinline]] void check_values(const Shape& global_got, const Shape& local_got, int me, const T* data,
+                                    const Part& p, const std::function<double(Index)>& expected,
+                                    const std::string& what) {
   INFO(what);
   Shape local = p.global;
   std::int64_t off = 0;
@@ -119,14 +124,17 @@ template <class T>
 }
 
 template <class T, class L>
-void check_part(const Tensor<T, L>& t, const Part& p, const std::function<double(Index)>& expected, const std::string& what) {
+void check_part(const Tensor<T, L>& t, const Part& p, const std::function<double(Index)>& expected,
+                const std::string& what) {
   check_values<T>(t.shape(), t.local_shape(), t.rank(), t.data(), p, expected, what);
 }
 
 template <ShardedLayout L>
 layout_mapping<L> mapping_of(const Lens& ls) {
-  if constexpr (L::has_static_lengths) return {};
-  else return layout_mapping<L>(ls);
+  if constexpr (L::has_static_lengths)
+    return {};
+  else
+    return layout_mapping<L>(ls);
 }
 
 template <class L>
@@ -137,18 +145,24 @@ Lens lens_of(const layout_mapping<L>& m) {
 // The public calls, with static or run-time lengths as the layout wants.
 template <ShardedLayout To, class X>
 auto call_reduce_scatter(const X& x, const Lens& ls, Strategy s) {
-  if constexpr (To::has_static_lengths) return eager::reduce_scatter<To>(x, s);
-  else return eager::reduce_scatter<To>(x, ls, s);
+  if constexpr (To::has_static_lengths)
+    return eager::reduce_scatter<To>(x, s);
+  else
+    return eager::reduce_scatter<To>(x, ls, s);
 }
 template <ShardedLayout To, class X>
 auto call_dynamic_slice(const X& x, const Lens& ls) {
-  if constexpr (To::has_static_lengths) return eager::dynamic_slice<To>(x);
-  else return eager::dynamic_slice<To>(x, ls);
+  if constexpr (To::has_static_lengths)
+    return eager::dynamic_slice<To>(x);
+  else
+    return eager::dynamic_slice<To>(x, ls);
 }
 template <ShardedLayout To, class X>
 auto call_all_to_all(const X& x, const Lens& ls, Strategy s) {
-  if constexpr (To::has_static_lengths) return eager::all_to_all<To>(x, s);
-  else return eager::all_to_all<To>(x, ls, s);
+  if constexpr (To::has_static_lengths)
+    return eager::all_to_all<To>(x, s);
+  else
+    return eager::all_to_all<To>(x, ls, s);
 }
 
 /// `lengths<...>` in reverse order.
@@ -177,11 +191,20 @@ template <class F>
 void for_each_static_lengths(int n, F&& f) {
   using std::type_identity;
   switch (n) {
-    case 1: f(type_identity<lengths<6>>{}); break;
-    case 2: f(type_identity<lengths<0, 5>>{}); break;
-    case 3: f(type_identity<lengths<2, 0, 3>>{}); break;
-    case 4: f(type_identity<lengths<1, 2, 3, 4>>{}); break;  // and the reference's lists, in their own test case
-    default: break;
+    case 1:
+      f(type_identity<lengths<6>>{});
+      break;
+    case 2:
+      f(type_identity<lengths<0, 5>>{});
+      break;
+    case 3:
+      f(type_identity<lengths<2, 0, 3>>{});
+      break;
+    case 4:
+      f(type_identity<lengths<1, 2, 3, 4>>{});
+      break;  // and the reference's lists, in their own test case
+    default:
+      break;
   }
 }
 
@@ -200,7 +223,8 @@ Shape random_shape(std::mt19937_64& rng, int ndim, int dim, std::int64_t extent,
   return Shape(std::span<const std::int64_t>(ex));
 }
 
-std::string context(const char* op, const std::string& layout, const Shape& g, const Lens& ls, Strategy s, const char* dtype) {
+std::string context(const char* op, const std::string& layout, const Shape& g, const Lens& ls, Strategy s,
+                    const char* dtype) {
   return std::string(op) + " " + dtype + " " + layout + " global " + g.str() + " lengths " + str(ls) + " strategy " +
          strategy_name(s);
 }
@@ -270,14 +294,17 @@ template <class T, class S>
   auto x = Tensor<T, S>::from_function(comm, g, f, mapping_of<S>(ls));
   auto p = eager::zero_pad(x);
   static_assert(std::same_as<decltype(p), Tensor<T, Partial>>);
-  check_part(p, {g, -1, {}}, [&](Index i) { return i[D] >= lo && i[D] < hi ? f(i) : 0.0; }, "zero_pad S -> P");
+  check_part(
+      p, {g, -1, {}}, [&](Index i) { return i[D] >= lo && i[D] < hi ? f(i) : 0.0; }, "zero_pad S -> P");
 }
 
 /// S(C) -> S(S), C != S.
 template <class T, class SC, class SS>
-[[gnu::noinline]] void check_all_to_all(const Shape& g, const Lens& lc, const Lens& ls, Strategy s, std::uint64_t seed) {
+[[gnu::noinline]] void check_all_to_all(const Shape& g, const Lens& lc, const Lens& ls, Strategy s,
+                                        std::uint64_t seed) {
   const auto& comm = test::world();
-  INFO(context("all_to_all", layout_name<SC>() + " -> " + layout_name<SS>() + " to lengths " + str(ls), g, lc, s, dtype_name<T>()));
+  INFO(context("all_to_all", layout_name<SC>() + " -> " + layout_name<SS>() + " to lengths " + str(ls), g, lc, s,
+               dtype_name<T>()));
   const auto f = [seed](Index i) { return value(seed, i); };
   auto x = Tensor<T, SC>::from_function(comm, g, f, mapping_of<SC>(lc));
   check_part(x, {g, SC::dim, lc}, f, "input (from_function)");
@@ -301,7 +328,8 @@ void for_each_config(F&& body) {
 
 }  // namespace
 
-TEST_CASE("all_gather into R and I: every strategy, dynamic lengths with zeros, sharded dims 0-2, 1-3 dims, float and double") {
+TEST_CASE(
+    "all_gather into R and I: every strategy, dynamic lengths with zeros, sharded dims 0-2, 1-3 dims, float and double") {
   const int n = test::world().size();
   auto rng = test::shared_rng(101);
   int cases = 0;
@@ -370,7 +398,8 @@ TEST_CASE("all_reduce into R and I, of 0-d to 3-d tensors, float and double") {
   });
 }
 
-TEST_CASE("dynamic_slice from R and I, and zero_pad: dynamic lengths with zeros, sharded dims 0-2, 1-3 dims, float and double") {
+TEST_CASE(
+    "dynamic_slice from R and I, and zero_pad: dynamic lengths with zeros, sharded dims 0-2, 1-3 dims, float and double") {
   const int n = test::world().size();
   auto rng = test::shared_rng(404);
   int cases = 0;
@@ -459,7 +488,8 @@ TEST_CASE("all_to_all: strided pieces sent packed by one rank and as datatypes b
   }
 }
 
-TEST_CASE("all_to_all: the reference module's cases (exactly at 4 ranks, their pattern at other sizes), every strategy") {
+TEST_CASE(
+    "all_to_all: the reference module's cases (exactly at 4 ranks, their pattern at other sizes), every strategy") {
   const auto& comm = test::world();
   const int n = comm.size(), me = comm.rank();
   // The reference's lengths at 4 ranks: [1,2,3,4] -> [4,3,2,1], and with
@@ -480,8 +510,10 @@ TEST_CASE("all_to_all: the reference module's cases (exactly at 4 ranks, their p
       check_all_to_all<T, Sharded<1>, Sharded<0>>({sum_of(zs), sum_of(zc)}, zc, zs, s, 14);
       check_all_to_all<T, Sharded<0>, Sharded<1>>({sum_of(zs), sum_of(zc)}, zs, zc, s, 15);
       if (n == 4) {  // the reference's own types and shapes: static lengths, (10, 10)
-        check_all_to_all<T, Sharded<1, lengths<1, 2, 3, 4>>, Sharded<0, lengths<4, 3, 2, 1>>>({10, 10}, up, down, s, 16);
-        check_all_to_all<T, Sharded<0, lengths<4, 3, 2, 1>>, Sharded<1, lengths<1, 2, 3, 4>>>({10, 10}, down, up, s, 17);
+        check_all_to_all<T, Sharded<1, lengths<1, 2, 3, 4>>, Sharded<0, lengths<4, 3, 2, 1>>>({10, 10}, up, down, s,
+                                                                                              16);
+        check_all_to_all<T, Sharded<0, lengths<4, 3, 2, 1>>, Sharded<1, lengths<1, 2, 3, 4>>>({10, 10}, down, up, s,
+                                                                                              17);
         using C = Sharded<1, lengths<0, 2, 0, 8>>;
         using S0 = Sharded<0, lengths<5, 0, 5, 0>>;
         check_all_to_all<T, C, S0>({10, 10}, zc, zs, s, 13);
@@ -497,7 +529,8 @@ TEST_CASE("all_to_all: the reference module's cases (exactly at 4 ranks, their p
   }
 }
 
-TEST_CASE("static lengths at the matching world size: every transition, every strategy, sharded dims 0-2, float and double") {
+TEST_CASE(
+    "static lengths at the matching world size: every transition, every strategy, sharded dims 0-2, float and double") {
   const int n = test::world().size();
   auto rng = test::shared_rng(707);
   int lists = 0;
@@ -529,8 +562,10 @@ TEST_CASE("static lengths at the matching world size: every transition, every st
       check_all_to_all<double, S0, S1>(g, rev, ls, s, rng());
     }
   });
-  if (n <= 4) CHECK(lists >= 1);
-  else MESSAGE("no static lengths lists for " << n << " ranks; the dynamic cases cover them");
+  if (n <= 4)
+    CHECK(lists >= 1);
+  else
+    MESSAGE("no static lengths lists for " << n << " ranks; the dynamic cases cover them");
 }
 
 TEST_CASE("4-d tensors: sharded dims 1 and 3, every transition") {
@@ -628,7 +663,8 @@ TEST_CASE("reshard: S(d)[a] -> S(d)[b], every strategy, dims 0-2, 1-3 dims, leng
     const Lens a(Ls::values.begin(), Ls::values.end()), b(Rev::values.begin(), Rev::values.end());
     const Shape g{3, Ls::sum, 2};
     for (Strategy s : {Strategy::v_collective, Strategy::send_recv, Strategy::automatic}) {
-      INFO("reshard ", layout_name<Sharded<1, Ls>>(), " -> ", layout_name<Sharded<1, Rev>>(), " strategy ", strategy_name(s));
+      INFO("reshard ", layout_name<Sharded<1, Ls>>(), " -> ", layout_name<Sharded<1, Rev>>(), " strategy ",
+           strategy_name(s));
       const std::uint64_t seed = rng();
       const auto f = [seed](Index i) { return value(seed, i); };
       auto x = Tensor<double, Sharded<1, Ls>>::from_function(comm, g, f);
@@ -648,9 +684,11 @@ TEST_CASE("a strategy an operation does not have is refused on every rank, namin
   auto x = Tensor<float, Sharded<0>>::ones(comm, {sum_of(ls), 3}, layout_mapping<Sharded<0>>(ls));
   CHECK_THROWS_WITH_AS(eager::all_to_all<Sharded<1>>(x, test::random_lengths(rng, n, 3), Strategy::per_root),
                        doctest::Contains("strategy per_root does not apply"), invalid_argument);
-  CHECK_THROWS_WITH_AS(eager::all_gather(x, Strategy::send_recv), doctest::Contains("strategy send_recv does not apply"), invalid_argument);
+  CHECK_THROWS_WITH_AS(eager::all_gather(x, Strategy::send_recv),
+                       doctest::Contains("strategy send_recv does not apply"), invalid_argument);
   auto p = Tensor<float, Partial>::ones(comm, {sum_of(ls), 3});
-  CHECK_THROWS_WITH_AS(eager::reduce_scatter<Sharded<0>>(p, ls, Strategy::send_recv), doctest::Contains("send_recv"), invalid_argument);
+  CHECK_THROWS_WITH_AS(eager::reduce_scatter<Sharded<0>>(p, ls, Strategy::send_recv), doctest::Contains("send_recv"),
+                       invalid_argument);
   if (n > 1) {  // reshard (lengths that differ: equal ones resolve no strategy, nothing moves)
     Lens a(static_cast<std::size_t>(n), 0), b(static_cast<std::size_t>(n), 0);
     a.front() = 5;
@@ -662,5 +700,6 @@ TEST_CASE("a strategy an operation does not have is refused on every rank, namin
                          doctest::Contains("strategy padded does not apply"), invalid_argument);
   }
   // ... and the ranks are still in step: a collective afterwards works.
-  check_part(eager::all_gather(x), {Shape{sum_of(ls), 3}, -1, {}}, [](Index) { return 1.0; }, "all_gather after the refusals");
+  check_part(
+      eager::all_gather(x), {Shape{sum_of(ls), 3}, -1, {}}, [](Index) { return 1.0; }, "all_gather after the refusals");
 }

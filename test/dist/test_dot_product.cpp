@@ -41,8 +41,10 @@ using Lens = std::vector<std::int64_t>;
 using Index = std::span<const std::int64_t>;
 using X = double;
 
-constexpr Strategy gather_strategies[] = {Strategy::padded, Strategy::per_root, Strategy::v_collective, Strategy::automatic};
-constexpr Strategy a2a_strategies[] = {Strategy::padded, Strategy::v_collective, Strategy::send_recv, Strategy::automatic};
+constexpr Strategy gather_strategies[] = {Strategy::padded, Strategy::per_root, Strategy::v_collective,
+                                          Strategy::automatic};
+constexpr Strategy a2a_strategies[] = {Strategy::padded, Strategy::v_collective, Strategy::send_recv,
+                                       Strategy::automatic};
 constexpr Strategy reshard_strategies[] = {Strategy::v_collective, Strategy::send_recv, Strategy::automatic};
 constexpr Strategy no_strategy[] = {Strategy::automatic};
 
@@ -65,8 +67,10 @@ std::string str(const Lens& ls) { return to_string(std::span<const std::int64_t>
 
 template <ShardedLayout L>
 layout_mapping<L> mapping_of(const Lens& ls) {
-  if constexpr (L::has_static_lengths) return {};
-  else return layout_mapping<L>(ls);
+  if constexpr (L::has_static_lengths)
+    return {};
+  else
+    return layout_mapping<L>(ls);
 }
 
 /// A random tensor of layout L, uniform in [-1, 1): the same on every rank for
@@ -74,9 +78,11 @@ layout_mapping<L> mapping_of(const Lens& ls) {
 template <LayoutTag L>
 Tensor<X, L> random_tensor(const Shape& g, const layout_mapping<L>& m, std::uint64_t seed) {
   const auto& comm = test::world();
-  std::mt19937_64 gen(std::same_as<L, Invariant> ? mix(seed) : mix(seed ^ mix(static_cast<std::uint64_t>(comm.rank()) + 1)));
+  std::mt19937_64 gen(std::same_as<L, Invariant> ? mix(seed)
+                                                 : mix(seed ^ mix(static_cast<std::uint64_t>(comm.rank()) + 1)));
   std::uniform_real_distribution<X> u(-1.0, 1.0);
-  return Tensor<X, L>::from_function(comm, g, [&](Index) { return u(gen); }, m);
+  return Tensor<X, L>::from_function(
+      comm, g, [&](Index) { return u(gen); }, m);
 }
 
 /// The pairing of a tensor of layout L with one of layout dual(L), as the sum
@@ -141,20 +147,21 @@ void check_same(const Tensor<X, L>& a, const Tensor<X, L>& b, const char* what) 
 /// The dot-product test of `From -> To` with strategy `s`, then the
 /// autodiff check. Collective: every rank calls it with the same arguments.
 template <LayoutTag From, LayoutTag To>
-[[gnu::noinline]] void dot_test(const Shape& g, const layout_mapping<From>& mf, const layout_mapping<To>& mt, Strategy s,
-                                std::uint64_t seed, const std::string& what) {
+[[gnu::noinline]] void dot_test(const Shape& g, const layout_mapping<From>& mf, const layout_mapping<To>& mt,
+                                Strategy s, std::uint64_t seed, const std::string& what) {
   using adjoint = adjoint_t<From, To>;
   static_assert(adjoint::exists);
-  INFO(what, ": ", transition<From, To>::name, " ", layout_name<From>(), " -> ", layout_name<To>(), " (adjoint ", adjoint::name,
-       " ", layout_name<dual_t<To>>(), " -> ", layout_name<dual_t<From>>(), "), global ", g.str(), ", strategy ",
-       strategy_name(s));
+  INFO(what, ": ", transition<From, To>::name, " ", layout_name<From>(), " -> ", layout_name<To>(), " (adjoint ",
+       adjoint::name, " ", layout_name<dual_t<To>>(), " -> ", layout_name<dual_t<From>>(), "), global ", g.str(),
+       ", strategy ", strategy_name(s));
   const auto& comm = test::world();
 
   // ---- the dot-product test with the table's adjoint ----
   const auto x = random_tensor<From>(g, mf, seed);
   const auto w = random_tensor<dual_t<To>>(g, dual_mapping<To>(mt), seed + 1);
   const Tensor<X, To> tx = transit<To>(x, mt, s);
-  const Tensor<X, dual_t<From>> tw = transit<dual_t<From>>(w, dual_mapping<From>(mf), s)  /* the entry adjoint_t<From, To> */;
+  const Tensor<X, dual_t<From>> tw =
+      transit<dual_t<From>>(w, dual_mapping<From>(mf), s) /* the entry adjoint_t<From, To> */;
   CHECK(tw.shape() == x.shape());
   CHECK(tw.local_shape() == x.local_shape());
 
@@ -175,18 +182,20 @@ template <LayoutTag From, LayoutTag To>
   using LossL = std::remove_cvref_t<decltype(loss)>::layout_type;
   const auto seed_one = Tensor<X, dual_t<LossL>>::ones(comm, Shape{});
 
-  const auto sums = total<5>({pair_local<To>(tx, w), pair_local<From>(x, tw), pair_local<LossL>(loss, seed_one),
-                              xd.has_grad() ? pair_local<From>(x, xd.grad()) : Pairing{0, 0, false}, pair_local<To>(tx, ones)});
+  const auto sums =
+      total<5>({pair_local<To>(tx, w), pair_local<From>(x, tw), pair_local<LossL>(loss, seed_one),
+                xd.has_grad() ? pair_local<From>(x, xd.grad()) : Pairing{0, 0, false}, pair_local<To>(tx, ones)});
   const auto& [lhs, rhs, objective, x_dot_grad, tx_dot_ones] = sums;
   CHECK_MESSAGE(lhs.shapes_match, "T(x) and w differ in shape on some rank");
   CHECK_MESSAGE(rhs.shapes_match, "x and T*(w) differ in shape on some rank");
   CHECK_MESSAGE(close(lhs, rhs), "sum_r <T(x)_r, w_r> = " << lhs.value << " but sum_r <x_r, T*(w)_r> = " << rhs.value
                                                           << " (scale " << std::max(lhs.scale, rhs.scale) << ")");
   CHECK_MESSAGE(x_dot_grad.shapes_match, "x and its gradient differ in shape on some rank");
-  CHECK_MESSAGE(close(objective, tx_dot_ones), "the objective " << objective.value << " is not sum_r <T(x)_r, 1> = "
-                                                                 << tx_dot_ones.value);
-  CHECK_MESSAGE(close(objective, x_dot_grad), "the objective sum_r loss_r = " << objective.value
-                                                                               << " but sum_r <x_r, grad_r> = " << x_dot_grad.value);
+  CHECK_MESSAGE(close(objective, tx_dot_ones),
+                "the objective " << objective.value << " is not sum_r <T(x)_r, 1> = " << tx_dot_ones.value);
+  CHECK_MESSAGE(
+      close(objective, x_dot_grad),
+      "the objective sum_r loss_r = " << objective.value << " but sum_r <x_r, grad_r> = " << x_dot_grad.value);
 }
 
 /// The lengths cases of one configuration: three random (zeros likely), one with a
@@ -274,14 +283,16 @@ TEST_CASE("all_reduce P -> R and P -> I, replicate I -> R, identities I, R, P") 
     }
 }
 
-TEST_CASE("dynamic_slice R -> S(d), I -> S(d) (adjoints: zero_pad, all_gather into I) and zero_pad S(d) -> P (adjoint: slice)") {
+TEST_CASE(
+    "dynamic_slice R -> S(d), I -> S(d) (adjoints: zero_pad, all_gather into I) and zero_pad S(d) -> P (adjoint: slice)") {
   auto rng = test::shared_rng(44);
   const int cases = for_each_sharded_config(rng, [&](auto dc, const Lens& ls, const Shape& g) {
     using S = Sharded<decltype(dc)::value>;
     dot_test<Replicated, S>(g, {}, mapping_of<S>(ls), Strategy::automatic, rng(), "lengths " + str(ls));
     dot_test<S, Partial>(g, mapping_of<S>(ls), {}, Strategy::automatic, rng(), "lengths " + str(ls));
     // The adjoint of I -> S is a gather: its strategy is the forward's.
-    for (Strategy s : gather_strategies) dot_test<Invariant, S>(g, {}, mapping_of<S>(ls), s, rng(), "lengths " + str(ls));
+    for (Strategy s : gather_strategies)
+      dot_test<Invariant, S>(g, {}, mapping_of<S>(ls), s, rng(), "lengths " + str(ls));
   });
   CHECK(cases >= 6);
 }
@@ -350,24 +361,33 @@ TEST_CASE("static lengths at the matching world size, and a 4-d tensor") {
   };
   using std::type_identity;
   switch (n) {
-    case 1: run(type_identity<lengths<5>>{}); break;
-    case 2: run(type_identity<lengths<0, 4>>{}); break;
-    case 3: run(type_identity<lengths<2, 0, 3>>{}); break;
+    case 1:
+      run(type_identity<lengths<5>>{});
+      break;
+    case 2:
+      run(type_identity<lengths<0, 4>>{});
+      break;
+    case 3:
+      run(type_identity<lengths<2, 0, 3>>{});
+      break;
     case 4: {
       run(type_identity<lengths<1, 2, 3, 4>>{});
       // The reference's all_to_all with zeros: S(1)[0,2,0,8] -> S(0)[5,0,5,0] of (10, 10).
       using C = Sharded<1, lengths<0, 2, 0, 8>>;
       using S = Sharded<0, lengths<5, 0, 5, 0>>;
-      for (Strategy s : a2a_strategies) dot_test<C, S>({10, 10}, {}, {}, s, rng(), "the reference's all_to_all with zeros");
+      for (Strategy s : a2a_strategies)
+        dot_test<C, S>({10, 10}, {}, {}, s, rng(), "the reference's all_to_all with zeros");
       break;
     }
-    default: MESSAGE("no static lengths for " << n << " ranks; the run-time lengths cases cover them");
+    default:
+      MESSAGE("no static lengths for " << n << " ranks; the run-time lengths cases cover them");
   }
   // 4-d: gather along the last dim, all_to_all between dims 3 and 1.
   for (const Lens& ls : lens_cases(rng, n)) {
     const Lens l2 = test::random_lengths(rng, n, 1 + static_cast<std::int64_t>(rng() % 6));
     const Shape g{2, sum_of(l2), 3, sum_of(ls)};
-    for (Strategy s : gather_strategies) dot_test<Sharded<3>, Replicated>(g, mapping_of<Sharded<3>>(ls), {}, s, rng(), "4-d");
+    for (Strategy s : gather_strategies)
+      dot_test<Sharded<3>, Replicated>(g, mapping_of<Sharded<3>>(ls), {}, s, rng(), "4-d");
     for (Strategy s : a2a_strategies)
       dot_test<Sharded<3>, Sharded<1>>(g, mapping_of<Sharded<3>>(ls), mapping_of<Sharded<1>>(l2), s, rng(), "4-d");
   }

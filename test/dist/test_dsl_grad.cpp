@@ -90,14 +90,18 @@ std::string str(const Lens& ls) { return to_string(std::span<const std::int64_t>
 /// The sharded dim of L, or -1.
 template <LayoutTag L>
 constexpr int dim_of() {
-  if constexpr (is_sharded_v<L>) return L::dim;
-  else return -1;
+  if constexpr (is_sharded_v<L>)
+    return L::dim;
+  else
+    return -1;
 }
 
 template <LayoutTag L>
 layout_mapping<L> mapping_of(const Lens& ls) {
-  if constexpr (is_sharded_v<L>) return layout_mapping<L>(ls);
-  else return {};
+  if constexpr (is_sharded_v<L>)
+    return layout_mapping<L>(ls);
+  else
+    return {};
 }
 
 /// A tensor of layout L whose element at global index k is scale * val(seed, src, k):
@@ -112,7 +116,8 @@ Tensor<X, L> make(const Shape& g, std::uint64_t seed, const Lens& ls = {}, bool 
 
 /// A differentiable parameter (see make).
 template <LayoutTag L>
-Tensor<X, L> param_tensor(const Shape& g, std::uint64_t seed, const Lens& ls = {}, bool per_rank = false, double scale = 1.0) {
+Tensor<X, L> param_tensor(const Shape& g, std::uint64_t seed, const Lens& ls = {}, bool per_rank = false,
+                          double scale = 1.0) {
   auto t = make<L>(g, seed, ls, per_rank, scale);
   t.requires_grad();
   return t;
@@ -175,7 +180,8 @@ struct Dot {
 Dot dot(const View& a, const View& b, const std::string& what) {
   std::array<double, 3> v{0, 0, 0};
   const bool same = a.local == b.local && a.global == b.global;
-  if (!same) v[2] = 1;
+  if (!same)
+    v[2] = 1;
   else if (a.kind != LayoutKind::invariant || comm().rank() == 0)
     for (std::int64_t i = 0; i < a.size; ++i) {
       v[0] += a.data[i] * b.data[i];
@@ -221,8 +227,8 @@ void check_values(const View& y, const std::function<double(Index)>& expected, c
     if (!(d <= 1e-12 * std::max(1.0, std::abs(e)))) ++bad;
     worst = std::max(worst, d);
   }
-  CHECK_MESSAGE(bad == 0, bad << " of " << y.size << " local elements are not the expected values, off by up to " << worst
-                              << " on rank " << comm().rank());
+  CHECK_MESSAGE(bad == 0, bad << " of " << y.size << " local elements are not the expected values, off by up to "
+                              << worst << " on rank " << comm().rank());
 }
 
 /// J = the sum over ranks of the local losses; an Invariant loss counts once
@@ -316,16 +322,25 @@ void fd_check(const std::function<double()>& J, const Param& p, std::mt19937_64&
     const double g = p.grad ? (mine || p.v.kind != LayoutKind::sharded ? p.grad[lk] : 0.0) : nan;
     double contrib = 0;
     switch (p.v.kind) {
-      case LayoutKind::sharded: contrib = mine ? g : 0.0; break;
-      case LayoutKind::replicated: contrib = g; break;  // the Partial gradient: its sum over ranks
-      case LayoutKind::invariant: contrib = me == 0 ? g : 0.0; break;
-      case LayoutKind::partial: contrib = mine ? g : 0.0; break;
+      case LayoutKind::sharded:
+        contrib = mine ? g : 0.0;
+        break;
+      case LayoutKind::replicated:
+        contrib = g;
+        break;  // the Partial gradient: its sum over ranks
+      case LayoutKind::invariant:
+        contrib = me == 0 ? g : 0.0;
+        break;
+      case LayoutKind::partial:
+        contrib = mine ? g : 0.0;
+        break;
     }
     const double analytic = sum_over_ranks(contrib);
     if (p.v.kind == LayoutKind::invariant || p.v.kind == LayoutKind::partial)
       CHECK_MESSAGE(close(g, analytic, std::abs(analytic), 1e-14),
                     "the gradient (" << (p.v.kind == LayoutKind::invariant ? "Invariant" : "Replicated")
-                                     << ") differs across ranks: " << g << " here, " << analytic << " on the reference rank");
+                                     << ") differs across ranks: " << g << " here, " << analytic
+                                     << " on the reference rank");
 
     // Central differences.
     X* e = mine ? p.data + lk : nullptr;
@@ -336,8 +351,9 @@ void fd_check(const std::function<double()>& J, const Param& p, std::mt19937_64&
     const double jm = J();
     if (e) *e = orig;
     const double fd = (jp - jm) / (2 * fd_h);
-    CHECK_MESSAGE(std::abs(fd - analytic) <= fd_tol * std::max(1.0, std::abs(analytic)),
-                  "gradient " << analytic << " but finite differences give " << fd << " (J+ " << jp << ", J- " << jm << ")");
+    CHECK_MESSAGE(
+        std::abs(fd - analytic) <= fd_tol * std::max(1.0, std::abs(analytic)),
+        "gradient " << analytic << " but finite differences give " << fd << " (J+ " << jp << ", J- " << jm << ")");
     ++st.checked;
     if (std::abs(analytic) > 1e-3) ++st.nonzero;
   }
@@ -362,9 +378,12 @@ struct Mlp {
 
 Mlp make_mlp(const Lens& lf, std::uint64_t seed) {
   const std::int64_t b = 3, d = 4, f = sum_of(lf);
-  return {param_tensor<Invariant>({b, d}, seed + 1),      param_tensor<S1>({d, f}, seed + 2, lf),
-          param_tensor<S0>({f}, seed + 3, lf),            param_tensor<S0>({f, d}, seed + 4, lf),
-          param_tensor<Invariant>({d}, seed + 5, {}, false, 0.5), make<Replicated>({b, d}, seed + 6)};
+  return {param_tensor<Invariant>({b, d}, seed + 1),
+          param_tensor<S1>({d, f}, seed + 2, lf),
+          param_tensor<S0>({f}, seed + 3, lf),
+          param_tensor<S0>({f, d}, seed + 4, lf),
+          param_tensor<Invariant>({d}, seed + 5, {}, false, 0.5),
+          make<Replicated>({b, d}, seed + 6)};
 }
 
 /// The row-parallel product: Partial (b x d).
@@ -420,14 +439,16 @@ TEST_CASE("finite differences: a SwiGLU block (silu gate), sigmoid, sqrt, rsqrt,
     const auto loss_expr = [&] {
       auto xr = replicate(x);
       auto p = matmul(silu(matmul(xr, W1)) * matmul(xr, W3), W2);  // LLaMA's MLP: P
-      auto q = p / exp(d * 0.5);                                       // P / R: P
-      auto y = all_reduce(q);                                          // R
-      auto e = exp(y * 0.4);                                           // positive
+      auto q = p / exp(d * 0.5);                                   // P / R: P
+      auto y = all_reduce(q);                                      // R
+      auto e = exp(y * 0.4);                                       // positive
       return sum(sqrt(e) + rsqrt(e) * (1.0 - sigmoid(y)) + log(e + exp(d)) * 0.3 - y / (e + 1.0) + log(0.5 + e - 0.25));
     };
     backward(loss_expr());
-    fd_check_all([&] { return objective(eval(loss_expr())); },
-                 {param("x (I)", x), param("W1 (S1)", W1), param("W3 (S1)", W3), param("W2 (S0)", W2), param("d (R)", d)}, rng, st);
+    fd_check_all(
+        [&] { return objective(eval(loss_expr())); },
+        {param("x (I)", x), param("W1 (S1)", W1), param("W3 (S1)", W3), param("W2 (S0)", W2), param("d (R)", d)}, rng,
+        st);
   }
   CHECK(st.checked >= 30);
   CHECK(st.nonzero >= std::max(6, st.checked / 4));
@@ -450,20 +471,21 @@ TEST_CASE("finite differences: row-sharded matmul, tanh, all_to_all, transpose, 
     const auto q = make<Replicated>({nn}, seed + 4, {}, false, 0.5);
     const auto q2 = make<Replicated>({nn}, seed + 5);
     const auto loss_expr = [&] {
-      auto h = tanh(matmul(x, W));                       // S(0) m x nn
-      auto z = transpose(all_to_all<S1>(h, lb));         // S(1) m x nn, then S(0) nn x m
-      auto v = sum<1>(exp(z * 0.5)) * s;                 // S(0) nn
+      auto h = tanh(matmul(x, W));                                             // S(0) m x nn
+      auto z = transpose(all_to_all<S1>(h, lb));                               // S(1) m x nn, then S(0) nn x m
+      auto v = sum<1>(exp(z * 0.5)) * s;                                       // S(0) nn
       return sum((relu(all_gather(v) - q) + tanh(all_gather(v) * 0.3)) * q2);  // R
     };
     backward(loss_expr());
-    fd_check_all([&] { return objective(eval(loss_expr())); }, {param("x (S0)", x), param("W (R)", W), param("s (S0)", s)},
-                 rng, st);
+    fd_check_all([&] { return objective(eval(loss_expr())); },
+                 {param("x (S0)", x), param("W (R)", W), param("s (S0)", s)}, rng, st);
   }
   CHECK(st.checked >= 12);
   CHECK(st.nonzero >= std::max(6, st.checked / 4));
 }
 
-TEST_CASE("finite differences: a Partial parameter through reduce_scatter, a simplified chain, sum<0>, an Invariant loss") {
+TEST_CASE(
+    "finite differences: a Partial parameter through reduce_scatter, a simplified chain, sum<0>, an Invariant loss") {
   const int n = comm().size();
   auto rng = test::shared_rng(303);
   FdStats st;
@@ -477,9 +499,9 @@ TEST_CASE("finite differences: a Partial parameter through reduce_scatter, a sim
     auto p = param_tensor<Partial>({m, nn}, seed + 1, {}, true, 0.7);  // each rank its own part
     auto e = param_tensor<S0>({m, nn}, seed + 2, la);
     const auto loss_expr = [&] {
-      auto g = gelu(reduce_scatter<S0>(p, la)) * e;                  // S(0)
-      auto r = redistribute<S1>(all_gather(g), lb);                    // S(0) -> R -> S(1): one all_to_all
-      return sum(exp(all_gather<Invariant>(tanh(sum<0>(r))) * 0.7));   // S(0) nn, I nn, I
+      auto g = gelu(reduce_scatter<S0>(p, la)) * e;                   // S(0)
+      auto r = redistribute<S1>(all_gather(g), lb);                   // S(0) -> R -> S(1): one all_to_all
+      return sum(exp(all_gather<Invariant>(tanh(sum<0>(r))) * 0.7));  // S(0) nn, I nn, I
     };
     const auto loss = eval(loss_expr());
     static_assert(std::same_as<decltype(loss)::layout_type, Invariant>);
@@ -513,7 +535,8 @@ TEST_CASE("finite differences: a Partial loss: matmul(P, R), P * R, zero_pad, P 
   CHECK(st.nonzero >= std::max(6, st.checked / 4));
 }
 
-TEST_CASE("finite differences: slice of an Invariant, transpose of S(1), sum over the sharded dim, a chain that is one all_reduce") {
+TEST_CASE(
+    "finite differences: slice of an Invariant, transpose of S(1), sum over the sharded dim, a chain that is one all_reduce") {
   const int n = comm().size();
   auto rng = test::shared_rng(505);
   FdStats st;
@@ -527,8 +550,8 @@ TEST_CASE("finite differences: slice of an Invariant, transpose of S(1), sum ove
     auto x = param_tensor<Invariant>({m, nn}, seed + 1);
     auto bb = param_tensor<Replicated>({m}, seed + 2);
     const auto loss_expr = [&] {
-      auto xs = slice<S1>(replicate(x), lb);                      // I -> R -> S(1): one slice
-      auto pp = sum<0>(transpose(exp(xs * 0.3) * xs));            // S(0) nn x m summed over dim 0: P m
+      auto xs = slice<S1>(replicate(x), lb);                          // I -> R -> S(1): one slice
+      auto pp = sum<0>(transpose(exp(xs * 0.3) * xs));                // S(0) nn x m summed over dim 0: P m
       auto z = add_bias(all_gather(reduce_scatter<S0>(pp, la)), bb);  // one all_reduce, R m
       return sum(relu(z) * z);
     };
@@ -597,13 +620,13 @@ template <LayoutTag From, LayoutTag To>
   for (const auto& s : plan.steps) ops += (ops.empty() ? "" : " ") + s.op;
   const bool moves_nothing = Route::vanishes || (is_sharded_v<From> && dim_of<From>() == dim_of<To>() && lf == lt) ||
                              std::string_view(transition<From, To>::name) == "identity";
-  CHECK_MESSAGE(ops == (moves_nothing ? std::string() : std::string(transition<From, To>::name)), "explain: " << plan.str());
+  CHECK_MESSAGE(ops == (moves_nothing ? std::string() : std::string(transition<From, To>::name)),
+                "explain: " << plan.str());
 
   // Forward values, without communication.
   const Tensor<X, To> y = expr;
   check_values(
-      view(y),
-      [&](Index idx) { return expected_value(From::kind, dim_of<From>(), lf, To::kind, seed, g, idx); },
+      view(y), [&](Index idx) { return expected_value(From::kind, dim_of<From>(), lf, To::kind, seed, g, idx); },
       "forward values");
 
   // One autodiff node, the direct entry's, whose input is x.
@@ -627,16 +650,19 @@ template <LayoutTag From, LayoutTag To>
   const Dot tw = dot(view(y), view(w), what + ": <T(x), w>");
   const Dot xg = dot(view(x), view(x.grad()), what + ": <x, grad>");
   CHECK_MESSAGE(close(J, tw.value, tw.scale), "J = " << J << " but sum_r <T(x)_r, w_r> = " << tw.value);
-  CHECK_MESSAGE(close(xg.value, tw.value, std::max(tw.scale, xg.scale)),
-                "the dot-product test: sum_r <T(x)_r, w_r> = " << tw.value << " but sum_r <x_r, grad_r> = " << xg.value);
+  CHECK_MESSAGE(
+      close(xg.value, tw.value, std::max(tw.scale, xg.scale)),
+      "the dot-product test: sum_r <T(x)_r, w_r> = " << tw.value << " but sum_r <x_r, grad_r> = " << xg.value);
 
   // The gradient is the table's adjoint applied to w (read as the gradient of T(x)).
   using adjoint = adjoint_t<From, To>;
   static_assert(adjoint::exists);
   const auto gw = w.template relabel<dual_t<To>>(dual_mapping<To>(mapping_of<To>(lt)));
-  const Tensor<X, dual_t<From>> expected = transit<dual_t<From>>(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
-  check_same(view(x.grad()), view(expected), "the gradient against " + std::string(adjoint::name) + " " +
-                                                 layout_name<dual_t<To>>() + " -> " + layout_name<dual_t<From>>() + " of w");
+  const Tensor<X, dual_t<From>> expected =
+      transit<dual_t<From>>(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
+  check_same(view(x.grad()), view(expected),
+             "the gradient against " + std::string(adjoint::name) + " " + layout_name<dual_t<To>>() + " -> " +
+                 layout_name<dual_t<From>>() + " of w");
   ++st.runs;
   if (std::abs(J) > 1e-3) ++st.nonzero;
 }
@@ -662,8 +688,8 @@ void drive_route(RouteFn f, bool from_sharded, int from_dim, bool to_sharded, in
       for (auto& e : ex) e = ext(rng);
       const bool same_dim = from_sharded && to_sharded && from_dim == to_dim;
       const Lens lf = from_sharded ? cases[c] : Lens{};
-      const Lens lt = !to_sharded  ? Lens{}
-                      : same_dim   ? test::random_lengths(rng, n, sum_of(lf))
+      const Lens lt = !to_sharded    ? Lens{}
+                      : same_dim     ? test::random_lengths(rng, n, sum_of(lf))
                       : from_sharded ? cases[(c + 1) % cases.size()]
                                      : cases[c];
       if (from_sharded) ex[static_cast<std::size_t>(from_dim)] = sum_of(lf);
@@ -715,14 +741,16 @@ auto weight(const Tensor<X, L>& y, std::uint64_t seed) {
 /// at all, y's node is x's, when op is null), and x's gradient of
 /// sum(y * w), which must pass the dot-product test. Collective.
 template <LayoutTag PL, class Chain, class Direct>
-void chain_case(const std::string& what, const Tensor<X, PL>& x, const Chain& chain, const Direct& direct, const std::string& ops,
-                const char* op, int depth, std::uint64_t seed) {
+void chain_case(const std::string& what, const Tensor<X, PL>& x, const Chain& chain, const Direct& direct,
+                const std::string& ops, const char* op, int depth, std::uint64_t seed) {
   INFO(what);
   const Plan pc = explain(chain), pd = explain(direct);
   std::string ran;
   for (const auto& s : pc.steps) ran += (ran.empty() ? "" : " ") + s.op;
   CHECK_MESSAGE(ran == ops, "explain(chain):\n" << pc.str());
-  CHECK_MESSAGE(pc.collective_names() == pd.collective_names(), "explain(chain):\n" << pc.str() << "explain(direct):\n" << pd.str());
+  CHECK_MESSAGE(pc.collective_names() == pd.collective_names(), "explain(chain):\n"
+                                                                    << pc.str() << "explain(direct):\n"
+                                                                    << pd.str());
 
   const auto yc = eval(chain);
   const auto yd = eval(direct);
@@ -755,8 +783,8 @@ void chain_case(const std::string& what, const Tensor<X, PL>& x, const Chain& ch
   check_same(view(gc), view(x.grad()), "the chain's gradient against the direct transition's");
   const double J = objective(lc);
   const Dot xg = dot(view(x), view(gc), what + ": <x, grad>");
-  CHECK_MESSAGE(close(J, xg.value, xg.scale), "the dot-product test of the chain: J = " << J << " but sum_r <x_r, grad_r> = "
-                                                                                       << xg.value);
+  CHECK_MESSAGE(close(J, xg.value, xg.scale),
+                "the dot-product test of the chain: J = " << J << " but sum_r <x_r, grad_r> = " << xg.value);
   CHECK_MESSAGE(xg.scale > 0, "a vacuous case: x or its gradient is zero");
 }
 
@@ -777,8 +805,8 @@ TEST_CASE("chains of transitions: the values, gradients and one node of the tran
     auto i = param_tensor<Invariant>(g, seed + 3);
     auto s = param_tensor<S0>(g, seed + 4, la);
 
-    chain_case("all_gather(reduce_scatter(p)) is all_reduce(p)", p, all_gather(reduce_scatter<S0>(p, la)), all_reduce(p),
-               "all_reduce", "all_reduce", 1, seed + 10);
+    chain_case("all_gather(reduce_scatter(p)) is all_reduce(p)", p, all_gather(reduce_scatter<S0>(p, la)),
+               all_reduce(p), "all_reduce", "all_reduce", 1, seed + 10);
     chain_case("slice(all_reduce(p)) is reduce_scatter(p)", p, slice<S0>(all_reduce(p), la), reduce_scatter<S0>(p, la),
                "reduce_scatter", "reduce_scatter", 1, seed + 11);
     chain_case("replicate(all_reduce<I>(p)) is all_reduce(p)", p, replicate(all_reduce<Invariant>(p)), all_reduce(p),
@@ -786,11 +814,12 @@ TEST_CASE("chains of transitions: the values, gradients and one node of the tran
     chain_case("redistribute<S1>(all_gather(reduce_scatter<S0>(p))) is reduce_scatter<S1>(p)", p,
                redistribute<S1>(all_gather(reduce_scatter<S0>(p, la)), lb), reduce_scatter<S1>(p, lb), "reduce_scatter",
                "reduce_scatter", 1, seed + 13);
-    chain_case("all_gather<I>(slice(i)) is i", i, all_gather<Invariant>(slice<S1>(i, lb)), i, "", nullptr, 0, seed + 14);
+    chain_case("all_gather<I>(slice(i)) is i", i, all_gather<Invariant>(slice<S1>(i, lb)), i, "", nullptr, 0,
+               seed + 14);
     chain_case("slice(replicate(i)) is slice(i)", i, slice<S0>(replicate(i), la), slice<S0>(i, la), "slice", "slice", 1,
                seed + 15);
-    chain_case("slice(all_gather(s)), the same lengths, moves nothing", s, slice<S0>(all_gather(s), la), s, "", "reshard", 1,
-               seed + 16);
+    chain_case("slice(all_gather(s)), the same lengths, moves nothing", s, slice<S0>(all_gather(s), la), s, "",
+               "reshard", 1, seed + 16);
     chain_case("slice(all_gather(s)), other lengths, is one reshard", s, slice<S0>(all_gather(s), la2),
                redistribute<S0>(s, la2), la2 == la ? "" : "reshard", "reshard", 1, seed + 17);
     chain_case("slice<S1>(all_gather(s)) is all_to_all<S1>(s)", s, slice<S1>(all_gather(s), lb), all_to_all<S1>(s, lb),
@@ -804,8 +833,8 @@ TEST_CASE("chains of transitions: the values, gradients and one node of the tran
     // I -> S -> P) run the simplified chain below their last step, then that step.
     {
       const Tensor<X, S0> sl = slice<S0>(r, la);
-      chain_case("zero_pad(slice(r)) runs slice then zero_pad", r, zero_pad(slice<S0>(r, la)), zero_pad(sl), "slice zero_pad",
-                 "zero_pad", 2, seed + 21);
+      chain_case("zero_pad(slice(r)) runs slice then zero_pad", r, zero_pad(slice<S0>(r, la)), zero_pad(sl),
+                 "slice zero_pad", "zero_pad", 2, seed + 21);
       chain_case("all_gather<I>(slice(r)) runs slice then all_gather", r, all_gather<Invariant>(slice<S0>(r, la)),
                  all_gather<Invariant>(sl), "slice all_gather", "all_gather", 2, seed + 22);
     }
@@ -819,8 +848,8 @@ TEST_CASE("chains of transitions: the values, gradients and one node of the tran
   {
     // The identity chain on a Replicated tensor: y is r itself.
     auto r = param_tensor<Replicated>({3, 2}, 99, {}, true);
-    chain_case("all_gather(slice(r)) is r", r, all_gather(slice<S0>(r, test::random_lengths(rng, n, 3))), r, "", nullptr, 0,
-               98);
+    chain_case("all_gather(slice(r)) is r", r, all_gather(slice<S0>(r, test::random_lengths(rng, n, 3))), r, "",
+               nullptr, 0, 98);
   }
 }
 
@@ -850,10 +879,12 @@ template <LayoutTag L>
 void check_combo(const Tensor<X, L>& got, const Tensor<X, L>& g1, double alpha, const Tensor<X, L>* g2, double beta,
                  const std::string& what) {
   auto want = g1.clone();
-  for (std::int64_t i = 0; i < want.size(); ++i) want.data()[i] = alpha * g1.data()[i] + (g2 ? beta * g2->data()[i] : 0.0);
+  for (std::int64_t i = 0; i < want.size(); ++i)
+    want.data()[i] = alpha * g1.data()[i] + (g2 ? beta * g2->data()[i] : 0.0);
   check_same(view(got), view(want), what);
 }
-void check_grads(const Mlp& m, const MlpGrads& g1, double alpha, const MlpGrads* g2, double beta, const std::string& what) {
+void check_grads(const Mlp& m, const MlpGrads& g1, double alpha, const MlpGrads* g2, double beta,
+                 const std::string& what) {
   check_combo(m.x.grad(), g1.x, alpha, g2 ? &g2->x : nullptr, beta, what + ": x");
   check_combo(m.A.grad(), g1.A, alpha, g2 ? &g2->A : nullptr, beta, what + ": A");
   check_combo(m.a.grad(), g1.a, alpha, g2 ? &g2->a : nullptr, beta, what + ": a");

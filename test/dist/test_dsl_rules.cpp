@@ -140,8 +140,10 @@ struct Split {
   std::int64_t outer = 1, extent = 1, inner = 1;
   Split(const Shape& s, int k) {
     for (int d = 0; d < s.rank(); ++d) {
-      if (d < k) outer *= s[d];
-      else if (d > k) inner *= s[d];
+      if (d < k)
+        outer *= s[d];
+      else if (d > k)
+        inner *= s[d];
     }
     extent = s[k];
   }
@@ -220,8 +222,10 @@ constexpr double tol = std::same_as<T, double> ? 1e-12 : 1e-5;
 template <class L>
 layout_mapping<L> mapping_of(const Lens& ls) {
   if constexpr (is_sharded_v<L>) {
-    if constexpr (!L::has_static_lengths) return layout_mapping<L>(ls);
-    else return {};
+    if constexpr (!L::has_static_lengths)
+      return layout_mapping<L>(ls);
+    else
+      return {};
   } else {
     return {};
   }
@@ -235,7 +239,9 @@ struct Input {
 };
 
 /// The seed of rank r's part of a Partial input.
-std::uint64_t part_seed(std::uint64_t seed, int r) { return seed * 1000003u + 7919u * static_cast<std::uint64_t>(r + 1); }
+std::uint64_t part_seed(std::uint64_t seed, int r) {
+  return seed * 1000003u + 7919u * static_cast<std::uint64_t>(r + 1);
+}
 
 template <class T>
 void add_into(Ref& ref, const Tensor<T, Replicated>& whole) {
@@ -258,16 +264,20 @@ Input<T, L> input(const Shape& s, std::uint64_t seed, const Lens& ls = {}) {
 
 template <class X>
 Lens lengths_of(const X& t) {
-  if constexpr (is_sharded_v<typename X::layout_type>) return Lens(t.lengths().begin(), t.lengths().end());
-  else return {};
+  if constexpr (is_sharded_v<typename X::layout_type>)
+    return Lens(t.lengths().begin(), t.lengths().end());
+  else
+    return {};
 }
 
 constexpr double inf = std::numeric_limits<double>::infinity();
 
 template <class L>
 constexpr int shard_dim_of() {
-  if constexpr (is_sharded_v<L>) return L::dim;
-  else return -1;
+  if constexpr (is_sharded_v<L>)
+    return L::dim;
+  else
+    return -1;
 }
 
 /// The largest error of `t` against the logical value `ref`, relative to
@@ -301,7 +311,8 @@ double error_of(const X& t, const Ref& ref) {
       stride *= ref.shape[d];
     }
     const double want = ref[g];
-    const double err = std::abs(static_cast<double>(local[static_cast<std::size_t>(i)]) - want) / std::max(1.0, std::abs(want));
+    const double err =
+        std::abs(static_cast<double>(local[static_cast<std::size_t>(i)]) - want) / std::max(1.0, std::abs(want));
     if (std::isnan(err)) return inf;
     worst = std::max(worst, err);
   }
@@ -309,11 +320,11 @@ double error_of(const X& t, const Ref& ref) {
 }
 
 /// CHECKs that `t` holds `ref` (each rank its part; a Partial one in sum) within T's tolerance.
-#define CHECK_HOLDS(t, ref)                                                           \
-  do {                                                                                \
-    const double err_ = error_of((t), (ref));                                         \
-    INFO(#t " vs " #ref ": " << (t).describe());                                      \
-    CHECK(err_ <= tol<typename std::remove_cvref_t<decltype(t)>::value_type>);        \
+#define CHECK_HOLDS(t, ref)                                                    \
+  do {                                                                         \
+    const double err_ = error_of((t), (ref));                                  \
+    INFO(#t " vs " #ref ": " << (t).describe());                               \
+    CHECK(err_ <= tol<typename std::remove_cvref_t<decltype(t)>::value_type>); \
   } while (0)
 
 /// The largest relative error of t's local part against `ref` element by
@@ -342,7 +353,9 @@ Ref local_ref(const X& t) {
 struct Dice {
   std::mt19937_64 rng;
   explicit Dice(std::uint64_t seed) : rng(test::shared_rng(seed)) {}
-  std::int64_t extent(std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); }
+  std::int64_t extent(std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  }
   Lens lengths(std::int64_t total) { return test::random_lengths(rng, world().size(), total); }
   std::uint64_t seed() { return rng() % 1000000007u; }
 };
@@ -706,8 +719,8 @@ TEST_CASE("fusion: an element-wise tree is one pass and one autodiff node over i
 
 /// CHECKs that `expr` throws shardex::invalid_argument whose message contains
 /// each of the fragments (on this rank; every rank runs the same check).
-#define CHECK_THROWS_NAMING(expr, ...)                                            \
-  for (const std::string frag_ : {__VA_ARGS__}) {                                 \
+#define CHECK_THROWS_NAMING(expr, ...)                                              \
+  for (const std::string frag_ : {__VA_ARGS__}) {                                   \
     CHECK_THROWS_WITH_AS(expr, doctest::Contains(frag_.c_str()), invalid_argument); \
   }
 

@@ -65,8 +65,10 @@ Tensor<T, L> make(const Lens& ls = {}) {
     const int r = comm.rank();
     return Tensor<T, L>::from_function(comm, {rows, cols}, [r](Index ix) { return (r + 1) * value(ix); });
   } else if constexpr (is_sharded_v<L>) {
-    if constexpr (L::has_static_lengths) return Tensor<T, L>::from_function(comm, {rows, cols}, value);
-    else return Tensor<T, L>::from_function(comm, {rows, cols}, value, layout_mapping<L>(ls));
+    if constexpr (L::has_static_lengths)
+      return Tensor<T, L>::from_function(comm, {rows, cols}, value);
+    else
+      return Tensor<T, L>::from_function(comm, {rows, cols}, value, layout_mapping<L>(ls));
   } else {
     return Tensor<T, L>::from_function(comm, {rows, cols}, value);
   }
@@ -124,8 +126,10 @@ std::int64_t mismatches(const A& a, const B& b) {
 /// tensors are compared after an all_reduce (every rank calls it).
 template <class A, class B>
 std::int64_t value_mismatches(const A& a, const B& b) {
-  if constexpr (std::same_as<typename A::layout_type, Partial>) return mismatches(eager::all_reduce(a), eager::all_reduce(b));
-  else return mismatches(a, b);
+  if constexpr (std::same_as<typename A::layout_type, Partial>)
+    return mismatches(eager::all_reduce(a), eager::all_reduce(b));
+  else
+    return mismatches(a, b);
 }
 
 /// The core check. On two fresh differentiable copies of x: explain(lazy(x1))
@@ -140,7 +144,8 @@ auto check_simplified(const X& x, Lazy&& lazy, Eager&& eager, const std::string&
   CHECK(plan.str() == want);
   auto y1 = eval(e);
   auto y2 = eager(x2);
-  static_assert(std::same_as<decltype(y1), decltype(y2)>, "the simplified chain has the layout of the chain as written");
+  static_assert(std::same_as<decltype(y1), decltype(y2)>,
+                "the simplified chain has the layout of the chain as written");
   if (runtime_identity) {
     // Run-time lengths: the reshard entry compares them (every rank agrees)
     // and moves nothing: the result is x's storage.
@@ -156,7 +161,8 @@ auto check_simplified(const X& x, Lazy&& lazy, Eager&& eager, const std::string&
   const auto loss = [](const auto& y) {
     if constexpr (std::same_as<typename std::remove_cvref_t<decltype(y)>::layout_type, Partial>)
       return eval(sum(y * make<typename X::value_type, Replicated>()));
-    else return eval(sum(y * y));
+    else
+      return eval(sum(y * y));
   };
   backward(loss(y1));
   backward(loss(y2));
@@ -200,8 +206,8 @@ TEST_CASE_TEMPLATE("explain: slice after all_gather of the same sharding is the 
   check_simplified(
       s, [&](const auto& x) { return all_to_all<S0>(all_to_all<Sharded<1>>(x, lens_b(n)), a); },
       [&](const auto& x) { return eager::all_to_all<S0>(eager::all_to_all<Sharded<1>>(x, lens_b(n)), a); },
-      "simplified: all_to_all " + sh(0, a) + " -> " + sh(1, lens_b(n)) + " then all_to_all " + sh(1, lens_b(n)) + " -> " +
-          sh(0, a) + " => nothing (identity)\n",
+      "simplified: all_to_all " + sh(0, a) + " -> " + sh(1, lens_b(n)) + " then all_to_all " + sh(1, lens_b(n)) +
+          " -> " + sh(0, a) + " => nothing (identity)\n",
       true);
   // Static lengths: the identity is known at compile time; the result is x itself, same node.
   if (n == 4) {
@@ -237,8 +243,8 @@ TEST_CASE_TEMPLATE("explain: identity transitions vanish", T, float, double) {
   // though not the local parts: the identity as well, and p itself comes back.
   const auto p = fresh(make<T, Partial>());
   const auto e = zero_pad(reduce_scatter<Sharded<0>>(p, lens_a(n)));
-  CHECK(explain(e).str() == "simplified: reduce_scatter P(sum) -> " + sh(0, lens_a(n)) + " then zero_pad " + sh(0, lens_a(n)) +
-                                " -> P(sum) => nothing (identity)\n");
+  CHECK(explain(e).str() == "simplified: reduce_scatter P(sum) -> " + sh(0, lens_a(n)) + " then zero_pad " +
+                                sh(0, lens_a(n)) + " -> P(sum) => nothing (identity)\n");
   const Tensor<T, Partial> yp = e;
   CHECK(yp.data() == p.data());
   CHECK(ran(yp).empty());
@@ -253,7 +259,8 @@ TEST_CASE_TEMPLATE("explain: reduce_scatter then all_gather is one all_reduce", 
       p, [&](const auto& x) { return all_gather(reduce_scatter<Sharded<0>>(x, a)); },
       [&](const auto& x) { return eager::all_gather(eager::reduce_scatter<Sharded<0>>(x, a)); },
       line("all_reduce", "P(sum)", "R", "all_reduce", rows * cols * std::int64_t(sizeof(T))) +
-          "simplified: reduce_scatter P(sum) -> " + sh(0, a) + " then all_gather " + sh(0, a) + " -> R => all_reduce P(sum) -> R\n");
+          "simplified: reduce_scatter P(sum) -> " + sh(0, a) + " then all_gather " + sh(0, a) +
+          " -> R => all_reduce P(sum) -> R\n");
   CHECK(plan.collectives() == 1);
   CHECK(plan.collective_names() == "all_reduce");
   SHARDEX_REQUIRE_ALL(plan.steps.size() == 1);
@@ -274,8 +281,11 @@ TEST_CASE_TEMPLATE("explain: all_reduce then slice is one reduce_scatter", T, fl
   auto [plan, x1, y1] = check_simplified(
       make<T, Partial>(), [&](const auto& x) { return slice<Sharded<0>>(all_reduce(x), a); },
       [&](const auto& x) { return eager::dynamic_slice<Sharded<0>>(eager::all_reduce(x), a); },
-      line("reduce_scatter", "P(sum)", sh(0, a), picked(CollectiveOp::reduce_scatter, a, cols * std::int64_t(sizeof(T))), rows * cols * std::int64_t(sizeof(T))) +
-          "simplified: all_reduce P(sum) -> R then slice R -> " + sh(0, a) + " => reduce_scatter P(sum) -> " + sh(0, a) + "\n");
+      line("reduce_scatter", "P(sum)", sh(0, a),
+           picked(CollectiveOp::reduce_scatter, a, cols * std::int64_t(sizeof(T))),
+           rows * cols * std::int64_t(sizeof(T))) +
+          "simplified: all_reduce P(sum) -> R then slice R -> " + sh(0, a) + " => reduce_scatter P(sum) -> " +
+          sh(0, a) + "\n");
   CHECK(plan.collective_names() == "reduce_scatter");
   CHECK(y1.local_shape() == Shape{at(a, comm.rank()), cols});
 }
@@ -287,8 +297,10 @@ TEST_CASE_TEMPLATE("explain: zero_pad then all_reduce is one all_gather", T, flo
   auto [plan, x1, y1] = check_simplified(
       make<T, Sharded<0>>(a), [](const auto& x) { return all_reduce(zero_pad(x)); },
       [](const auto& x) { return eager::all_reduce(eager::zero_pad(x)); },
-      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * std::int64_t(sizeof(T))), at(a, r) * cols * std::int64_t(sizeof(T))) +
-          "simplified: zero_pad " + sh(0, a) + " -> P(sum) then all_reduce P(sum) -> R => all_gather " + sh(0, a) + " -> R\n");
+      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * std::int64_t(sizeof(T))),
+           at(a, r) * cols * std::int64_t(sizeof(T))) +
+          "simplified: zero_pad " + sh(0, a) + " -> P(sum) then all_reduce P(sum) -> R => all_gather " + sh(0, a) +
+          " -> R\n");
   CHECK(plan.collective_names() == "all_gather");
   CHECK(y1(3, 2) == T(3 * cols + 2 + 1));
 }
@@ -303,21 +315,25 @@ TEST_CASE_TEMPLATE("explain: a chain through a sharding of other lengths", T, fl
   check_simplified(
       s, [&](const auto& x) { return all_gather(redistribute<Sharded<0>>(x, b)); },
       [&](const auto& x) { return eager::all_gather(eager::all_to_all<Sharded<0>>(x, b)); },
-      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), at(a, r) * cols * elem) + "simplified: redistribute " + sh(0, a) +
-          " -> " + sh(0, b) + " then all_gather " + sh(0, b) + " -> R => all_gather " + sh(0, a) + " -> R\n");
+      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), at(a, r) * cols * elem) +
+          "simplified: redistribute " + sh(0, a) + " -> " + sh(0, b) + " then all_gather " + sh(0, b) +
+          " -> R => all_gather " + sh(0, a) + " -> R\n");
   // Nor does an all_to_all to the other dim.
   check_simplified(
       s, [&](const auto& x) { return all_gather(all_to_all<Sharded<1>>(x, b)); },
       [&](const auto& x) { return eager::all_gather(eager::all_to_all<Sharded<1>>(x, b)); },
-      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), at(a, r) * cols * elem) + "simplified: all_to_all " + sh(0, a) +
-          " -> " + sh(1, b) + " then all_gather " + sh(1, b) + " -> R => all_gather " + sh(0, a) + " -> R\n");
+      line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), at(a, r) * cols * elem) +
+          "simplified: all_to_all " + sh(0, a) + " -> " + sh(1, b) + " then all_gather " + sh(1, b) +
+          " -> R => all_gather " + sh(0, a) + " -> R\n");
   // Three steps in, one out: P -> S(0)[b] -> S(1)[a] -> R is an all_reduce.
   check_simplified(
       make<T, Partial>(),
       [&](const auto& x) { return all_gather(all_to_all<Sharded<1>>(reduce_scatter<Sharded<0>>(x, b), a)); },
-      [&](const auto& x) { return eager::all_gather(eager::all_to_all<Sharded<1>>(eager::reduce_scatter<Sharded<0>>(x, b), a)); },
-      line("all_reduce", "P(sum)", "R", "all_reduce", rows * cols * elem) + "simplified: reduce_scatter P(sum) -> " + sh(0, b) +
-          " then all_to_all " + sh(0, b) + " -> " + sh(1, a) + " then all_gather " + sh(1, a) +
+      [&](const auto& x) {
+        return eager::all_gather(eager::all_to_all<Sharded<1>>(eager::reduce_scatter<Sharded<0>>(x, b), a));
+      },
+      line("all_reduce", "P(sum)", "R", "all_reduce", rows * cols * elem) + "simplified: reduce_scatter P(sum) -> " +
+          sh(0, b) + " then all_to_all " + sh(0, b) + " -> " + sh(1, a) + " then all_gather " + sh(1, a) +
           " -> R => all_reduce P(sum) -> R\n");
   if (n > 1) {  // (on one rank a == b)
     // Gather then slice with other lengths: only the rows that change owner move (a reshard).
@@ -325,20 +341,23 @@ TEST_CASE_TEMPLATE("explain: a chain through a sharding of other lengths", T, fl
         s, [&](const auto& x) { return slice<Sharded<0>>(all_gather(x), b); },
         [&](const auto& x) { return eager::dynamic_slice<Sharded<0>>(eager::all_gather(x), b); },
         line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem),
-             reshard_bytes(picked(CollectiveOp::reshard, b, cols * elem), a, b, r, cols * elem)) + "simplified: all_gather " + sh(0, a) +
-            " -> R then slice R -> " + sh(0, b) + " => reshard " + sh(0, a) + " -> " + sh(0, b) + "\n");
+             reshard_bytes(picked(CollectiveOp::reshard, b, cols * elem), a, b, r, cols * elem)) +
+            "simplified: all_gather " + sh(0, a) + " -> R then slice R -> " + sh(0, b) + " => reshard " + sh(0, a) +
+            " -> " + sh(0, b) + "\n");
     CHECK(y1.local_shape() == Shape{at(b, r), cols});
     // One transition that is not what the user named: all_to_all along the same dim is a reshard.
     check_simplified(
         s, [&](const auto& x) { return all_to_all<Sharded<0>>(x, b); },
         [&](const auto& x) { return eager::all_to_all<Sharded<0>>(x, b); },
         line("reshard", sh(0, a), sh(0, b), picked(CollectiveOp::reshard, b, cols * elem),
-             reshard_bytes(picked(CollectiveOp::reshard, b, cols * elem), a, b, r, cols * elem)) + "simplified: all_to_all " + sh(0, a) +
-            " -> " + sh(0, b) + " => reshard " + sh(0, a) + " -> " + sh(0, b) + "\n");
+             reshard_bytes(picked(CollectiveOp::reshard, b, cols * elem), a, b, r, cols * elem)) +
+            "simplified: all_to_all " + sh(0, a) + " -> " + sh(0, b) + " => reshard " + sh(0, a) + " -> " + sh(0, b) +
+            "\n");
   }
 }
 
-TEST_CASE_TEMPLATE("explain: a chain with no route from its source runs its last step after the rest", T, float, double) {
+TEST_CASE_TEMPLATE("explain: a chain with no route from its source runs its last step after the rest", T, float,
+                   double) {
   // R -> S -> P: the table has no R -> P, so the chain below zero_pad is
   // planned (and simplified) first, then zero_pad runs.
   const auto& comm = world();
@@ -352,16 +371,18 @@ TEST_CASE_TEMPLATE("explain: a chain with no route from its source runs its last
   CHECK(plan.simplifications.empty());  // it ran as written
   check_simplified(
       r, [&](const auto& x) { return zero_pad(all_to_all<Sharded<1>>(slice<Sharded<0>>(x, a), b)); },
-      [&](const auto& x) { return eager::zero_pad(eager::all_to_all<Sharded<1>>(eager::dynamic_slice<Sharded<0>>(x, a), b)); },
-      local_line("slice", "R", sh(1, b)) + local_line("zero_pad", sh(1, b), "P(sum)") + "simplified: slice R -> " + sh(0, a) +
-          " then all_to_all " + sh(0, a) + " -> " + sh(1, b) + " then zero_pad " + sh(1, b) + " -> P(sum) => slice R -> " +
-          sh(1, b) + " then zero_pad " + sh(1, b) + " -> P(sum)\n");
+      [&](const auto& x) {
+        return eager::zero_pad(eager::all_to_all<Sharded<1>>(eager::dynamic_slice<Sharded<0>>(x, a), b));
+      },
+      local_line("slice", "R", sh(1, b)) + local_line("zero_pad", sh(1, b), "P(sum)") + "simplified: slice R -> " +
+          sh(0, a) + " then all_to_all " + sh(0, a) + " -> " + sh(1, b) + " then zero_pad " + sh(1, b) +
+          " -> P(sum) => slice R -> " + sh(1, b) + " then zero_pad " + sh(1, b) + " -> P(sum)\n");
   // With a route, the same kind of chain is one step: S(0)[a] -> R -> S(0)[b] -> P is zero_pad from a.
   check_simplified(
       make<T, Sharded<0>>(a), [&](const auto& x) { return zero_pad(slice<Sharded<0>>(all_gather(x), b)); },
       [&](const auto& x) { return eager::zero_pad(eager::dynamic_slice<Sharded<0>>(eager::all_gather(x), b)); },
-      local_line("zero_pad", sh(0, a), "P(sum)") + "simplified: all_gather " + sh(0, a) + " -> R then slice R -> " + sh(0, b) +
-          " then zero_pad " + sh(0, b) + " -> P(sum) => zero_pad " + sh(0, a) + " -> P(sum)\n");
+      local_line("zero_pad", sh(0, a), "P(sum)") + "simplified: all_gather " + sh(0, a) + " -> R then slice R -> " +
+          sh(0, b) + " then zero_pad " + sh(0, b) + " -> P(sum) => zero_pad " + sh(0, a) + " -> P(sum)\n");
 }
 
 TEST_CASE_TEMPLATE("explain: replicate then slice is one slice", T, float, double) {
@@ -371,8 +392,8 @@ TEST_CASE_TEMPLATE("explain: replicate then slice is one slice", T, float, doubl
   auto [plan, x1, y1] = check_simplified(
       make<T, Invariant>(), [&](const auto& x) { return slice<Sharded<0>>(replicate(x), a); },
       [&](const auto& x) { return eager::dynamic_slice<Sharded<0>>(eager::replicate(x), a); },
-      local_line("slice", "I", sh(0, a)) + "simplified: replicate I -> R then slice R -> " + sh(0, a) + " => slice I -> " +
-          sh(0, a) + "\n");
+      local_line("slice", "I", sh(0, a)) + "simplified: replicate I -> R then slice R -> " + sh(0, a) +
+          " => slice I -> " + sh(0, a) + "\n");
   CHECK(plan.collectives() == 0);
   SHARDEX_REQUIRE_ALL(plan.steps.size() == 1);
   CHECK_FALSE(plan.steps[0].communicates);
@@ -393,24 +414,32 @@ TEST_CASE_TEMPLATE("explain: a single step as written has no simplification line
   const auto p = make<T, Partial>();
   const auto rr = make<T, Replicated>();
   const auto i = make<T, Invariant>();
-  CHECK(explain(all_gather(s)).str() == line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), mine));
-  CHECK(explain(all_gather<Invariant>(s)).str() == line("all_gather", sh(0, a), "I", picked(CollectiveOp::all_gather, a, cols * elem), mine));
-  CHECK(explain(reduce_scatter<Sharded<0>>(p, a)).str() == line("reduce_scatter", "P(sum)", sh(0, a), picked(CollectiveOp::reduce_scatter, a, cols * elem), whole));
+  CHECK(explain(all_gather(s)).str() ==
+        line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), mine));
+  CHECK(explain(all_gather<Invariant>(s)).str() ==
+        line("all_gather", sh(0, a), "I", picked(CollectiveOp::all_gather, a, cols * elem), mine));
+  CHECK(explain(reduce_scatter<Sharded<0>>(p, a)).str() ==
+        line("reduce_scatter", "P(sum)", sh(0, a), picked(CollectiveOp::reduce_scatter, a, cols * elem), whole));
   CHECK(explain(all_reduce(p)).str() == line("all_reduce", "P(sum)", "R", "all_reduce", whole));
   CHECK(explain(all_reduce<Invariant>(p)).str() == line("all_reduce", "P(sum)", "I", "all_reduce", whole));
   CHECK(explain(slice<Sharded<0>>(rr, a)).str() == local_line("slice", "R", sh(0, a)));
   CHECK(explain(dynamic_slice<Sharded<1>>(i, a)).str() == local_line("slice", "I", sh(1, a)));
-  const std::string a2a = picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided);  // send_recv keeps its own piece
+  const std::string a2a =
+      picked(CollectiveOp::all_to_all, b, rows * elem, Pieces::strided);  // send_recv keeps its own piece
   CHECK(explain(all_to_all<Sharded<1>>(s, b)).str() ==
         line("all_to_all", sh(0, a), sh(1, b), a2a, at(a, r) * (cols - (a2a == "send_recv" ? at(b, r) : 0)) * elem));
   CHECK(explain(replicate(i)).str() == local_line("replicate", "I", "R"));
   CHECK(explain(zero_pad(s)).str() == local_line("zero_pad", sh(0, a), "P(sum)"));
   // redistribute<To> asks the planner for the route: no line either.
-  CHECK(explain(redistribute<Replicated>(s)).str() == line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), mine));
-  CHECK(explain(redistribute<Sharded<1>>(p, b)).str() == line("reduce_scatter", "P(sum)", sh(1, b), picked(CollectiveOp::reduce_scatter, b, rows * elem), whole));
+  CHECK(explain(redistribute<Replicated>(s)).str() ==
+        line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem), mine));
+  CHECK(explain(redistribute<Sharded<1>>(p, b)).str() ==
+        line("reduce_scatter", "P(sum)", sh(1, b), picked(CollectiveOp::reduce_scatter, b, rows * elem), whole));
   if (n == 4) {  // static lengths print as they are written
     using S1 = Sharded<1, lengths<1, 2, 3, 0>>;
-    CHECK(explain(reduce_scatter<S1>(p)).str() == line("reduce_scatter", "P(sum)", "S(1)[1,2,3,0]", picked(CollectiveOp::reduce_scatter, {1, 2, 3, 0}, rows * elem), whole));
+    CHECK(explain(reduce_scatter<S1>(p)).str() == line("reduce_scatter", "P(sum)", "S(1)[1,2,3,0]",
+                                                       picked(CollectiveOp::reduce_scatter, {1, 2, 3, 0}, rows * elem),
+                                                       whole));
   }
   // And evaluating each runs exactly that one entry.
   const auto ss = fresh(s), pp = fresh(p), ii = fresh(i);
@@ -460,7 +489,8 @@ TEST_CASE_TEMPLATE("explain: the resolved strategy and the bytes this rank contr
       {step(all_to_all<Sharded<1>>(s, b, Strategy::send_recv)), "send_recv", at(a, r) * (cols - at(b, r)) * elem},
       {step(all_to_all<Sharded<1>>(s, b, Strategy::padded)), "padded", n * max_len(a) * max_len(b) * elem},
       // A reshard puts my rows into the exchange, less those I keep.
-      {step(redistribute<Sharded<0>>(s, b, Strategy::send_recv)), n > 1 ? "send_recv" : "", n > 1 ? reshard_bytes("send_recv", a, b, r, row) : -1},
+      {step(redistribute<Sharded<0>>(s, b, Strategy::send_recv)), n > 1 ? "send_recv" : "",
+       n > 1 ? reshard_bytes("send_recv", a, b, r, row) : -1},
   };
   for (const auto& w : wants) {
     CAPTURE(w.got.op);
@@ -473,29 +503,36 @@ TEST_CASE_TEMPLATE("explain: the resolved strategy and the bytes this rank contr
   const auto g0 = eval(all_gather(s));
   CHECK(mismatches(eval(all_gather(s, Strategy::per_root)), g0) == 0);
   CHECK(mismatches(eval(all_gather(s, Strategy::padded)), g0) == 0);
-  CHECK(mismatches(eval(reduce_scatter<Sharded<0>>(p, b, Strategy::per_root)), eval(reduce_scatter<Sharded<0>>(p, b))) == 0);
+  CHECK(mismatches(eval(reduce_scatter<Sharded<0>>(p, b, Strategy::per_root)),
+                   eval(reduce_scatter<Sharded<0>>(p, b))) == 0);
   // A strategy the operation has no lowering for: explain says so, locally, as evaluating would.
   CHECK_THROWS_AS((void)explain(all_gather(s, Strategy::send_recv)), invalid_argument);
   CHECK_THROWS_AS((void)explain(all_to_all<Sharded<1>>(s, b, Strategy::per_root)), invalid_argument);
 }
 
-TEST_CASE_TEMPLATE("explain: local steps, and collectives() / collective_names() of a whole expression", T, float, double) {
+TEST_CASE_TEMPLATE("explain: local steps, and collectives() / collective_names() of a whole expression", T, float,
+                   double) {
   const auto& comm = world();
   const int n = comm.size(), r = comm.rank();
   const Lens a = lens_a(n), b = lens_b(n);
   // A column-parallel layer: loss = all_reduce(sum(2 gelu(replicate(x) w + bias))), w: S(1)[a], bias: S(0)[a].
-  auto x = Tensor<T, Invariant>::from_function(comm, {2, 3}, [](Index ix) { return ix[1] == 0 ? 1.0 : 0.0; }).requires_grad();
-  auto w = Tensor<T, Sharded<1>>::from_function(comm, {3, rows}, [](Index ix) { return 0.25 * static_cast<double>(ix[1]); },
-                                                layout_mapping<Sharded<1>>(a))
-               .requires_grad();
-  auto bias = Tensor<T, Sharded<0>>::from_function(comm, {rows}, [](Index ix) { return -0.5 * static_cast<double>(ix[0]); },
-                                                   layout_mapping<Sharded<0>>(a))
-                  .requires_grad();
+  auto x = Tensor<T, Invariant>::from_function(comm, {2, 3}, [](Index ix) {
+             return ix[1] == 0 ? 1.0 : 0.0;
+           }).requires_grad();
+  auto w =
+      Tensor<T, Sharded<1>>::from_function(
+          comm, {3, rows}, [](Index ix) { return 0.25 * static_cast<double>(ix[1]); }, layout_mapping<Sharded<1>>(a))
+          .requires_grad();
+  auto bias =
+      Tensor<T, Sharded<0>>::from_function(
+          comm, {rows}, [](Index ix) { return -0.5 * static_cast<double>(ix[0]); }, layout_mapping<Sharded<0>>(a))
+          .requires_grad();
   const auto e = all_reduce(sum(gelu(add_bias(matmul(replicate(x), w), bias)) * 2.0));
   const Plan plan = explain(e);
   CHECK(plan.str() == local_line("replicate", "I", "R") + local_line("matmul", "R x " + sh(1, a), sh(1, a)) +
                           local_line("fused add, gelu, scale", "(" + sh(1, a) + ", " + sh(0, a) + " bias)", sh(1, a)) +
-                          local_line("sum", sh(1, a), "P(sum)") + line("all_reduce", "P(sum)", "R", "all_reduce", elem_bytes<T>()));
+                          local_line("sum", sh(1, a), "P(sum)") +
+                          line("all_reduce", "P(sum)", "R", "all_reduce", elem_bytes<T>()));
   CHECK(plan.collectives() == 1);
   CHECK(plan.collective_names() == "all_reduce");
   CHECK(plan.simplifications.empty());
@@ -516,10 +553,11 @@ TEST_CASE_TEMPLATE("explain: local steps, and collectives() / collective_names()
   CHECK(plan2.collective_names() == "all_gather all_reduce");
   CHECK(plan2.steps.size() == 3);
   CHECK(plan2.simplifications.size() == 1);
-  CHECK(plan2.str() == line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem_bytes<T>()), at(a, r) * cols * elem_bytes<T>()) +
+  CHECK(plan2.str() == line("all_gather", sh(0, a), "R", picked(CollectiveOp::all_gather, a, cols * elem_bytes<T>()),
+                            at(a, r) * cols * elem_bytes<T>()) +
                            line("all_reduce", "P(sum)", "R", "all_reduce", rows * cols * elem_bytes<T>()) +
-                           local_line("fused add", "(R, R)", "R") + "simplified: all_to_all " + sh(0, a) + " -> " + sh(1, b) +
-                           " then all_gather " + sh(1, b) + " -> R => all_gather " + sh(0, a) + " -> R\n");
+                           local_line("fused add", "(R, R)", "R") + "simplified: all_to_all " + sh(0, a) + " -> " +
+                           sh(1, b) + " then all_gather " + sh(1, b) + " -> R => all_gather " + sh(0, a) + " -> R\n");
   const auto sx = fresh(s), px = fresh(p);
   Tensor<T, Replicated> y2 = all_gather(all_to_all<Sharded<1>>(sx, b)) + all_reduce(px);
   CHECK(ran(y2) == "all_gather all_reduce add");
@@ -540,7 +578,7 @@ TEST_CASE("explain lists the backward transitions: the adjoint entries, in the o
   CHECK(p.backward[0].op == "all_reduce");  // the adjoint of P -> R is P -> R
   CHECK(p.backward[0].from == "P(sum)");
   CHECK(p.backward[0].to == "R");
-  CHECK(p.backward[1].op == "slice");       // the adjoint of zero_pad (S -> P) is R -> S
+  CHECK(p.backward[1].op == "slice");  // the adjoint of zero_pad (S -> P) is R -> S
   CHECK(p.backward[1].from == "R");
   CHECK(p.backward[1].to == sh(0, la));
   CHECK(p.backward_collective_names() == "all_reduce");

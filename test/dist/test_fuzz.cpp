@@ -55,7 +55,8 @@ std::vector<double> logical(const Tensor<double, L>& t) {
       total += counts.back();
     }
     std::vector<double> stage(static_cast<std::size_t>(std::max(total, 1)));
-    MPI_Allgatherv(t.data(), static_cast<int>(t.size()), MPI_DOUBLE, stage.data(), counts.data(), displs.data(), MPI_DOUBLE, c);
+    MPI_Allgatherv(t.data(), static_cast<int>(t.size()), MPI_DOUBLE, stage.data(), counts.data(), displs.data(),
+                   MPI_DOUBLE, c);
     std::int64_t off = 0;
     for (int r = 0; r < n; ++r) {
       const std::int64_t len = ls[static_cast<std::size_t>(r)];
@@ -78,7 +79,8 @@ template <class L>
 std::int64_t mismatches(const std::vector<double>& want, const Tensor<double, L>& y) {
   std::int64_t bad = 0;
   const auto got = logical(y);
-  if (got.size() != want.size()) bad += 1 + static_cast<std::int64_t>(want.size());
+  if (got.size() != want.size())
+    bad += 1 + static_cast<std::int64_t>(want.size());
   else
     for (std::size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
   if constexpr (std::same_as<L, Invariant> || std::same_as<L, Replicated>)
@@ -100,7 +102,8 @@ template <class L>
 Tensor<double, L> random_input(const Shape& g, layout_mapping<L> m, std::uint64_t seed) {
   const auto& comm = test::world();
   // A Partial input differs by rank (its parts are summed); the others are the same logical tensor everywhere.
-  const std::uint64_t salt = std::same_as<L, Partial> ? static_cast<std::uint64_t>(comm.rank() + 1) * 0x9e3779b97f4a7c15ull : 0;
+  const std::uint64_t salt =
+      std::same_as<L, Partial> ? static_cast<std::uint64_t>(comm.rank() + 1) * 0x9e3779b97f4a7c15ull : 0;
   return Tensor<double, L>::from_function(
       comm, g,
       [&](std::span<const std::int64_t> idx) {
@@ -137,8 +140,10 @@ struct Fuzz {
     auto want = logical(x);
     perturb_one(want);
     Tensor<double, To> y;
-    if (lazy) y = redistribute<To>(x, tm, s);
-    else y = transit<To>(x, tm, s);
+    if (lazy)
+      y = redistribute<To>(x, tm, s);
+    else
+      y = transit<To>(x, tm, s);
     check(want, mismatches(want, y), g, how + " forward");
     if (grad) {
       const auto w = random_input<To>(g, tm, rng());
@@ -187,24 +192,49 @@ struct Fuzz {
     };
     const std::string sa = "lengths " + to_string(std::span<const std::int64_t>(a));
     switch (std::uniform_int_distribution<int>(0, 10)(rng)) {
-      case 0: run<Sharded<0>, Replicated>(shape_with(0, a), sh<0>(a), {}, gather, "all_gather S(0) -> R, " + sa); break;
-      case 1: run<Sharded<1>, Invariant>(shape_with(1, a), sh<1>(a), {}, gather, "all_gather S(1) -> I, " + sa); break;
-      case 2: run<Partial, Sharded<0>>(shape_with(0, a), {}, sh<0>(a), gather, "reduce_scatter P -> S(0), " + sa); break;
-      case 3: run<Partial, Sharded<1>>(shape_with(1, a), {}, sh<1>(a), gather, "reduce_scatter P -> S(1), " + sa); break;
-      case 4: run<Partial, Replicated>(Shape{std::span<const std::int64_t>(ex)}, {}, {}, Strategy::automatic, "all_reduce P -> R"); break;
-      case 5: run<Sharded<0>, Sharded<1>>(shape_with(0, a, 1, &b), sh<0>(a), sh<1>(b), a2a, "all_to_all S(0) -> S(1), " + sa); break;
-      case 6: run<Sharded<1>, Sharded<0>>(shape_with(1, a, 0, &b), sh<1>(a), sh<0>(b), a2a, "all_to_all S(1) -> S(0), " + sa); break;
+      case 0:
+        run<Sharded<0>, Replicated>(shape_with(0, a), sh<0>(a), {}, gather, "all_gather S(0) -> R, " + sa);
+        break;
+      case 1:
+        run<Sharded<1>, Invariant>(shape_with(1, a), sh<1>(a), {}, gather, "all_gather S(1) -> I, " + sa);
+        break;
+      case 2:
+        run<Partial, Sharded<0>>(shape_with(0, a), {}, sh<0>(a), gather, "reduce_scatter P -> S(0), " + sa);
+        break;
+      case 3:
+        run<Partial, Sharded<1>>(shape_with(1, a), {}, sh<1>(a), gather, "reduce_scatter P -> S(1), " + sa);
+        break;
+      case 4:
+        run<Partial, Replicated>(Shape{std::span<const std::int64_t>(ex)}, {}, {}, Strategy::automatic,
+                                 "all_reduce P -> R");
+        break;
+      case 5:
+        run<Sharded<0>, Sharded<1>>(shape_with(0, a, 1, &b), sh<0>(a), sh<1>(b), a2a, "all_to_all S(0) -> S(1), " + sa);
+        break;
+      case 6:
+        run<Sharded<1>, Sharded<0>>(shape_with(1, a, 0, &b), sh<1>(a), sh<0>(b), a2a, "all_to_all S(1) -> S(0), " + sa);
+        break;
       case 7: {
         Lens c = lengths(std::accumulate(a.begin(), a.end(), std::int64_t(0)));
         run<Sharded<1>, Sharded<1>>(shape_with(1, a), sh<1>(a), sh<1>(c), reshard, "reshard S(1), " + sa);
         break;
       }
-      case 8: run<Replicated, Sharded<1>>(shape_with(1, a), {}, sh<1>(a), Strategy::automatic, "dynamic_slice R -> S(1), " + sa); break;
-      case 9: run<Invariant, Replicated>(Shape{std::span<const std::int64_t>(ex)}, {}, {}, Strategy::automatic, "replicate I -> R"); break;
+      case 8:
+        run<Replicated, Sharded<1>>(shape_with(1, a), {}, sh<1>(a), Strategy::automatic,
+                                    "dynamic_slice R -> S(1), " + sa);
+        break;
+      case 9:
+        run<Invariant, Replicated>(Shape{std::span<const std::int64_t>(ex)}, {}, {}, Strategy::automatic,
+                                   "replicate I -> R");
+        break;
       default:
-        if (ndim == 3) run<Sharded<2>, Sharded<0>>(shape_with(2, a, 0, &b), sh<2>(a), sh<0>(b), a2a, "all_to_all S(2) -> S(0), " + sa);
-        else run<Sharded<0>, Sharded<0>>(shape_with(0, a), sh<0>(a), sh<0>(lengths(std::accumulate(a.begin(), a.end(), std::int64_t(0)))),
-                                        reshard, "reshard S(0), " + sa);
+        if (ndim == 3)
+          run<Sharded<2>, Sharded<0>>(shape_with(2, a, 0, &b), sh<2>(a), sh<0>(b), a2a,
+                                      "all_to_all S(2) -> S(0), " + sa);
+        else
+          run<Sharded<0>, Sharded<0>>(shape_with(0, a), sh<0>(a),
+                                      sh<0>(lengths(std::accumulate(a.begin(), a.end(), std::int64_t(0)))), reshard,
+                                      "reshard S(0), " + sa);
     }
   }
 };

@@ -46,15 +46,19 @@ struct Mlp {
   Tensor<double, Invariant> b;   // (H)
 
   Mlp(const mpi::Communicator& comm, std::int64_t H, std::int64_t F, const Lens& ls)
-      : A(make<Sharded<1>>(comm, {H, F}, 1, ls)), a(make<Sharded<0>>(comm, {F}, 2, ls)), B(make<Sharded<0>>(comm, {F, H}, 3, ls)),
+      : A(make<Sharded<1>>(comm, {H, F}, 1, ls)),
+        a(make<Sharded<0>>(comm, {F}, 2, ls)),
+        B(make<Sharded<0>>(comm, {F, H}, 3, ls)),
         b(make<Invariant>(comm, {H}, 4, {})) {
     A.requires_grad(), a.requires_grad(), B.requires_grad(), b.requires_grad();
   }
   template <class L>
   static Tensor<double, L> make(const mpi::Communicator& comm, const Shape& g, int salt, const Lens& ls) {
     const auto f = [&](std::span<const std::int64_t> idx) { return value_at(idx, salt); };
-    if constexpr (is_sharded_v<L>) return Tensor<double, L>::from_function(comm, g, f, layout_mapping<L>(ls));
-    else return Tensor<double, L>::from_function(comm, g, f);
+    if constexpr (is_sharded_v<L>)
+      return Tensor<double, L>::from_function(comm, g, f, layout_mapping<L>(ls));
+    else
+      return Tensor<double, L>::from_function(comm, g, f);
   }
   /// Forward and backward of sum(Y * Y) / 2 for a fixed input.
   void backward_once(std::int64_t T) {
@@ -94,7 +98,8 @@ TEST_CASE("grad_norm of a Megatron MLP: the unsharded model's norm, the Invarian
     m.backward_once(4);
     const double norm = grad_norm(m.A, m.a, m.B, m.b);
     // The oracle: the gathered gradients, squared and summed here.
-    const double gathered = std::sqrt(squares(eager::all_gather<Invariant>(m.A.grad())) + squares(eager::all_gather<Invariant>(m.a.grad())) +
+    const double gathered = std::sqrt(squares(eager::all_gather<Invariant>(m.A.grad())) +
+                                      squares(eager::all_gather<Invariant>(m.a.grad())) +
                                       squares(eager::all_gather<Invariant>(m.B.grad())) + squares(m.b.grad()));
     CHECK(test::all_ranks(std::abs(norm - gathered) <= 1e-12 * gathered));
     CHECK(test::all_ranks(std::abs(grad_norm(m.b) - std::sqrt(squares(m.b.grad()))) <= 1e-14));
@@ -141,8 +146,10 @@ TEST_CASE("bad input throws on every rank: a non-finite norm, max_norm <= 0, oth
     const auto self = world().split(world().rank(), 0);
     Mlp one(self, 4, 6, Lens{6});
     CHECK_THROWS_WITH_AS(grad_norm(m.A, one.b), doctest::Contains("different communicators"), invalid_argument);
-    if (world().rank() == 0) CHECK_THROWS_WITH_AS(grad_norm(m.A, m.b), doctest::Contains("not making the same call"), invalid_argument);
-    else CHECK_THROWS_WITH_AS(grad_norm(m.A), doctest::Contains("not making the same call"), invalid_argument);
+    if (world().rank() == 0)
+      CHECK_THROWS_WITH_AS(grad_norm(m.A, m.b), doctest::Contains("not making the same call"), invalid_argument);
+    else
+      CHECK_THROWS_WITH_AS(grad_norm(m.A), doctest::Contains("not making the same call"), invalid_argument);
   }
   // An inf in the last rank's piece of B (a piece of length zero holds none: take the last rank that has one).
   int last = -1;
@@ -155,7 +162,8 @@ TEST_CASE("bad input throws on every rank: a non-finite norm, max_norm <= 0, oth
   CHECK(test::all_ranks(scaled(m.A.grad(), A0, 1.0)));  // left as they were
 }
 
-TEST_CASE("mesh parameters on every dp x tp shape: the norm of the logical gradients, each Invariant axis counted once") {
+TEST_CASE(
+    "mesh parameters on every dp x tp shape: the norm of the logical gradients, each Invariant axis counted once") {
   using dp = axis<"dp">;
   using tp = axis<"tp">;
   using M = Mesh<dp, tp>;
@@ -167,7 +175,8 @@ TEST_CASE("mesh parameters on every dp x tp shape: the norm of the logical gradi
     CAPTURE(mesh.str());
     const Shape gw{3, 7}, gb{7};
     std::vector<double> w_value, dw_value, b_value, db_value;
-    for (std::int64_t i = 0; i < gw.numel(); ++i) w_value.push_back(0.1 * double(i)), dw_value.push_back(std::cos(double(i)));
+    for (std::int64_t i = 0; i < gw.numel(); ++i)
+      w_value.push_back(0.1 * double(i)), dw_value.push_back(std::cos(double(i)));
     for (std::int64_t i = 0; i < gb.numel(); ++i) b_value.push_back(1.0), db_value.push_back(0.5 + double(i));
     using LW = per_axis<Invariant, Sharded<1>>;
     using LB = per_axis<Invariant, Invariant>;

@@ -60,8 +60,10 @@ Lens lengths_for(std::mt19937_64& rng, int n, std::int64_t extent, bool even) {
 
 template <class L>
 layout_mapping<L> mapping_for(std::mt19937_64& rng, int n, std::int64_t extent, bool even) {
-  if constexpr (is_sharded_v<L>) return layout_mapping<L>(lengths_for(rng, n, extent, even));
-  else return {};
+  if constexpr (is_sharded_v<L>)
+    return layout_mapping<L>(lengths_for(rng, n, extent, even));
+  else
+    return {};
 }
 
 /// The global shape of a test: 3 x 4 x 5 for random lengths; for even ones,
@@ -86,7 +88,8 @@ void for_each_local(const X& x, F&& f) {
     constexpr std::size_t i = decltype(k)::value;
     using L = typename X::template layout_at<i>;
     if constexpr (is_sharded_v<L>)
-      for (int r = 0; r < x.mesh().coord(i); ++r) base[L::dim] += x.template mapping<i>().lengths()[static_cast<std::size_t>(r)];
+      for (int r = 0; r < x.mesh().coord(i); ++r)
+        base[L::dim] += x.template mapping<i>().lengths()[static_cast<std::size_t>(r)];
   });
   const Shape& ls = x.local_shape();
   std::vector<std::int64_t> idx(base.size());
@@ -102,13 +105,16 @@ void for_each_local(const X& x, F&& f) {
 
 /// A small integer for (global element, coordinate, axis, salt).
 std::int64_t small(std::int64_t k, int c, std::size_t axis, std::uint64_t salt) {
-  return static_cast<std::int64_t>((static_cast<std::uint64_t>(k) * 7 + static_cast<std::uint64_t>(c) * 3 + axis * 11 + salt) % 5) - 2;
+  return static_cast<std::int64_t>(
+             (static_cast<std::uint64_t>(k) * 7 + static_cast<std::uint64_t>(c) * 3 + axis * 11 + salt) % 5) -
+         2;
 }
 
 /// A mesh tensor holding the logical value `value` (row-major, global shape),
 /// with every Partial axis split into summands that differ across its ranks.
 template <class T, class Ls, class Mesh = M>
-MeshTensor<T, Mesh, Ls> make(const Mesh& mesh, const Shape& g, typename Ls::mappings ms, const std::vector<T>& value, std::uint64_t salt) {
+MeshTensor<T, Mesh, Ls> make(const Mesh& mesh, const Shape& g, typename Ls::mappings ms, const std::vector<T>& value,
+                             std::uint64_t salt) {
   auto x = MeshTensor<T, Mesh, Ls>::zeros(mesh, g, std::move(ms));
   for_each_local(x, [&](std::int64_t e, std::span<const std::int64_t> idx) {
     const std::int64_t k = linear(g, idx);
@@ -117,8 +123,10 @@ MeshTensor<T, Mesh, Ls> make(const Mesh& mesh, const Shape& g, typename Ls::mapp
       constexpr std::size_t i = decltype(a)::value;
       if constexpr (std::same_as<layout_at_t<Ls, i>, Partial>) {
         const int c = mesh.coord(i), n = mesh.size(i);
-        if (c == 0) for (int c2 = 1; c2 < n; ++c2) v -= small(k, c2, i, salt);
-        else v = small(k, c, i, salt);
+        if (c == 0)
+          for (int c2 = 1; c2 < n; ++c2) v -= small(k, c2, i, salt);
+        else
+          v = small(k, c, i, salt);
       }
     });
     x.data()[e] = static_cast<T>(v);
@@ -129,7 +137,8 @@ MeshTensor<T, Mesh, Ls> make(const Mesh& mesh, const Shape& g, typename Ls::mapp
 template <class T>
 std::vector<T> random_value(const Shape& g, std::uint64_t seed) {
   std::vector<T> v(static_cast<std::size_t>(g.numel()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(small(static_cast<std::int64_t>(i) * 13 + 1, 0, 0, seed) * 3 + 1);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<T>(small(static_cast<std::int64_t>(i) * 13 + 1, 0, 0, seed) * 3 + 1);
   return v;
 }
 
@@ -158,19 +167,23 @@ double pairing(const A& a, const B& b) {
   bool counted = true;
   detail::for_each_axis<A::axis_count>([&](auto k) {
     constexpr std::size_t i = decltype(k)::value;
-    if constexpr (std::same_as<typename A::template layout_at<i>, Invariant>) counted = counted && a.mesh().coord(i) == 0;
+    if constexpr (std::same_as<typename A::template layout_at<i>, Invariant>)
+      counted = counted && a.mesh().coord(i) == 0;
   });
   double s = 0;
   if (counted)
-    for (std::int64_t e = 0; e < a.size(); ++e) s += static_cast<double>(a.data()[e]) * static_cast<double>(b.data()[e]);
+    for (std::int64_t e = 0; e < a.size(); ++e)
+      s += static_cast<double>(a.data()[e]) * static_cast<double>(b.data()[e]);
   world().all_reduce(&s, 1);
   return s;
 }
 
 template <class L>
 std::int64_t extent_for(const Shape& g) {
-  if constexpr (is_sharded_v<L>) return g[L::dim];
-  else return 0;
+  if constexpr (is_sharded_v<L>)
+    return g[L::dim];
+  else
+    return 0;
 }
 
 /// The test of one transition: y = run(x) along axis I, x of layout From
@@ -208,16 +221,22 @@ void every_transition(const M& mesh, std::mt19937_64& rng, bool even) {
   const Shape g = shape_for(even);
   const Lens l0 = lengths_for(rng, n, g[0], even), l2 = lengths_for(rng, n, g[2], even);
   check<T, I, S0, Other>(mesh, rng, even, "all_gather S(0) -> R", [](const auto& x) { return all_gather<A>(x); });
-  check<T, I, S2, Other>(mesh, rng, even, "all_gather S(2) -> I", [](const auto& x) { return all_gather<A, Invariant>(x); });
-  check<T, I, Partial, Other>(mesh, rng, even, "reduce_scatter P -> S(0)", [&](const auto& x) { return reduce_scatter<A, S0>(x, l0); });
+  check<T, I, S2, Other>(mesh, rng, even, "all_gather S(2) -> I",
+                         [](const auto& x) { return all_gather<A, Invariant>(x); });
+  check<T, I, Partial, Other>(mesh, rng, even, "reduce_scatter P -> S(0)",
+                              [&](const auto& x) { return reduce_scatter<A, S0>(x, l0); });
   check<T, I, Partial, Other>(mesh, rng, even, "all_reduce P -> R", [](const auto& x) { return all_reduce<A>(x); });
-  check<T, I, Partial, Other>(mesh, rng, even, "all_reduce P -> I", [](const auto& x) { return all_reduce<A, Invariant>(x); });
-  check<T, I, Replicated, Other>(mesh, rng, even, "slice R -> S(2)", [&](const auto& x) { return slice<A, S2>(x, l2); });
+  check<T, I, Partial, Other>(mesh, rng, even, "all_reduce P -> I",
+                              [](const auto& x) { return all_reduce<A, Invariant>(x); });
+  check<T, I, Replicated, Other>(mesh, rng, even, "slice R -> S(2)",
+                                 [&](const auto& x) { return slice<A, S2>(x, l2); });
   check<T, I, Invariant, Other>(mesh, rng, even, "slice I -> S(0)", [&](const auto& x) { return slice<A, S0>(x, l0); });
-  check<T, I, S0, Other>(mesh, rng, even, "all_to_all S(0) -> S(2)", [&](const auto& x) { return all_to_all<A, S2>(x, l2); });
+  check<T, I, S0, Other>(mesh, rng, even, "all_to_all S(0) -> S(2)",
+                         [&](const auto& x) { return all_to_all<A, S2>(x, l2); });
   check<T, I, Invariant, Other>(mesh, rng, even, "replicate I -> R", [](const auto& x) { return replicate<A>(x); });
   check<T, I, S2, Other>(mesh, rng, even, "zero_pad S(2) -> P", [](const auto& x) { return zero_pad<A>(x); });
-  check<T, I, S0, Other>(mesh, rng, even, "reshard S(0) -> S(0)", [&](const auto& x) { return redistribute<A, S0>(x, l0); });
+  check<T, I, S0, Other>(mesh, rng, even, "reshard S(0) -> S(0)",
+                         [&](const auto& x) { return redistribute<A, S0>(x, l0); });
   check<T, I, Partial, Other>(mesh, rng, even, "reduce_scatter then all_gather (one all_reduce)",
                               [&](const auto& x) { return all_gather<A>(reduce_scatter<A, S2>(x, l2)); });
 }
@@ -267,7 +286,9 @@ TEST_CASE("the mesh: coordinates, sub-communicators, bad sizes throw on every ra
   CHECK_THROWS_WITH_AS(M(world(), {n + 1, 1}), doctest::Contains(product.c_str()), invalid_argument);
   CHECK_THROWS_WITH_AS(M(world(), {0, n}), doctest::Contains("axis dp has size 0"), invalid_argument);
   // Sizes that differ across ranks: every rank throws, none hangs.
-  if (n > 1) CHECK_THROWS_AS(M(world(), world().rank() == 0 ? std::array<int, 2>{1, n} : std::array<int, 2>{n, 1}), invalid_argument);
+  if (n > 1)
+    CHECK_THROWS_AS(M(world(), world().rank() == 0 ? std::array<int, 2>{1, n} : std::array<int, 2>{n, 1}),
+                    invalid_argument);
   using Fixed = Mesh<axis<"dp">, axis<"tp", 1>>;
   if (n > 1) CHECK_THROWS_WITH_AS(Fixed(world(), {1, n}), doctest::Contains("its type says 1"), invalid_argument);
   CHECK(Fixed(world(), {n, 1}).size<axis<"tp", 1>>() == 1);
@@ -289,7 +310,8 @@ TEST_CASE("bad lengths and operands throw on every rank, naming the axis") {
     b[1] = 4;
     const auto x = X::zeros(mesh, {4, 3}, {a, {}});
     const auto y = X::zeros(mesh, {4, 3}, {b, {}});
-    CHECK_THROWS_WITH_AS(x + y, doctest::Contains("on axis dp the operands are split with different lengths"), invalid_argument);
+    CHECK_THROWS_WITH_AS(x + y, doctest::Contains("on axis dp the operands are split with different lengths"),
+                         invalid_argument);
     const M other(world(), {world().size(), 1});
     const auto z = X::zeros(other, {4, 3}, {a, {}});
     CHECK_THROWS_WITH_AS(x + z, doctest::Contains("two different meshes"), invalid_argument);
@@ -328,7 +350,8 @@ TEST_CASE("a one-axis mesh is the one-axis API: the same values and gradients as
   const auto y = mesh_eval(all_gather<tp>(x));
   CHECK(test::all_ranks(holds(y, value)));
   // The same through Tensor on the same communicator.
-  auto t = Tensor<double, S0>::from_local(mesh.comm<tp>(), x.local_shape(), std::span<const double>(x.local().data(), x.local().size()), ls);
+  auto t = Tensor<double, S0>::from_local(mesh.comm<tp>(), x.local_shape(),
+                                          std::span<const double>(x.local().data(), x.local().size()), ls);
   const auto u = eager::all_gather(t);
   CHECK(std::equal(u.local().begin(), u.local().end(), y.local().begin(), y.local().end()));
   // Backward: dy in P (the dual of R) comes back to x summed, in S(0).
@@ -356,11 +379,13 @@ TEST_CASE("a three-axis mesh: a transition along the middle axis, a local operat
   auto x = make<double, Ls>(mesh, g, {l_pp, {}, l_tp}, value, 3);
   x.requires_grad();
   const auto y = mesh_eval(all_reduce<dp>(x) * 2.0);  // (pp: S(2), dp: R, tp: S(0))
-  CHECK(std::same_as<std::remove_cvref_t<decltype(y)>, MeshTensor<double, M3, per_axis<Sharded<2>, Replicated, Sharded<0>>>>);
+  CHECK(std::same_as<std::remove_cvref_t<decltype(y)>,
+                     MeshTensor<double, M3, per_axis<Sharded<2>, Replicated, Sharded<0>>>>);
   std::vector<double> twice(value);
   for (auto& v : twice) v *= 2;
   CHECK(test::all_ranks(holds(y, twice)));
-  const auto dy = make<double, dual_layouts_t<typename std::remove_cvref_t<decltype(y)>::layouts>>(mesh, g, y.dual_mappings(), dvalue, 4);
+  const auto dy = make<double, dual_layouts_t<typename std::remove_cvref_t<decltype(y)>::layouts>>(
+      mesh, g, y.dual_mappings(), dvalue, 4);
   backward(y, dy);
   std::vector<double> dtwice(dvalue);
   for (auto& v : dtwice) v *= 2;
@@ -411,10 +436,13 @@ TEST_CASE("local operations apply their rules per axis: transpose, sum<k>, add_b
       for (int j = 0; j < 6; ++j) yv[static_cast<std::size_t>(i * 6 + j)] += bv[static_cast<std::size_t>(j)];
     CHECK(test::all_ranks(holds(y, yv)));
     const auto whole_b = make<double, per_axis<Invariant, Invariant>>(mesh, Shape{6}, {}, bv, 5);
-    CHECK_THROWS_WITH_AS(add_bias(xl, replicate<dp>(whole_b)), doctest::Contains("on axis dp x is split along its last dim"), invalid_argument);
-    const auto short_b = make<double, per_axis<Invariant, Invariant>>(mesh, Shape{4}, {}, random_value<double>(Shape{4}, 24), 5);
+    CHECK_THROWS_WITH_AS(add_bias(xl, replicate<dp>(whole_b)),
+                         doctest::Contains("on axis dp x is split along its last dim"), invalid_argument);
+    const auto short_b =
+        make<double, per_axis<Invariant, Invariant>>(mesh, Shape{4}, {}, random_value<double>(Shape{4}, 24), 5);
     const auto xr = make<double, per_axis<S0, Invariant>>(mesh, g, {rows, {}}, value, 6);
-    CHECK_THROWS_WITH_AS(add_bias(xr, replicate<dp>(short_b)), doctest::Contains("b must be 1-d of x's last extent"), invalid_argument);
+    CHECK_THROWS_WITH_AS(add_bias(xr, replicate<dp>(short_b)), doctest::Contains("b must be 1-d of x's last extent"),
+                         invalid_argument);
   }
 }
 
@@ -448,7 +476,8 @@ TEST_CASE("bad input across groups throws on every rank: lengths that differ bet
     std::vector<double> v(value);
     if (world().rank() == n - 1) v.pop_back();
     using X = MeshTensor<double, M, per_axis<Invariant, Invariant>>;
-    CHECK_THROWS_WITH_AS(X::from_global(mesh, g, v), doctest::Contains("values given for the 24 elements"), invalid_argument);
+    CHECK_THROWS_WITH_AS(X::from_global(mesh, g, v), doctest::Contains("values given for the 24 elements"),
+                         invalid_argument);
   }
 }
 
@@ -479,7 +508,8 @@ TEST_CASE("a chain across two axes: all_gather<dp>(all_gather<tp>(z))") {
     auto rng = test::shared_rng(53);
     const Shape g{4, 6};
     const auto value = random_value<double>(g, 51);
-    auto z = make<double, per_axis<S0, S1>>(mesh, g, {test::random_lengths(rng, shape[0], 4), test::random_lengths(rng, shape[1], 6)}, value, 1);
+    auto z = make<double, per_axis<S0, S1>>(
+        mesh, g, {test::random_lengths(rng, shape[0], 4), test::random_lengths(rng, shape[1], 6)}, value, 1);
     const MeshTensor<double, M, per_axis<Replicated, Replicated>> r = all_gather<dp>(all_gather<tp>(z));
     CHECK(test::all_ranks(holds(r, value)));
     CHECK(to_global(z) == value);
@@ -495,18 +525,21 @@ template <class W1, class W2>
 auto model_loss(const M& mesh, const W1& w1, const W2& w2, const Lens& batch, const std::vector<double>& xv) {
   using XL = per_axis<S0, Invariant>;
   const auto x = MeshTensor<double, M, XL>::from_global(mesh, {6, 4}, xv, {batch, {}});
-  auto h = gelu(matmul(replicate<tp>(x), replicate<dp>(w1)));               // (dp: S(0), tp: S(1))
-  auto y = all_reduce<tp, Invariant>(matmul(h, replicate<dp>(w2)));          // (dp: S(0), tp: I)
-  return all_reduce<dp, Invariant>(sum(y * y) / 12.0);                      // (dp: I, tp: I)
+  auto h = gelu(matmul(replicate<tp>(x), replicate<dp>(w1)));        // (dp: S(0), tp: S(1))
+  auto y = all_reduce<tp, Invariant>(matmul(h, replicate<dp>(w2)));  // (dp: S(0), tp: I)
+  return all_reduce<dp, Invariant>(sum(y * y) / 12.0);               // (dp: I, tp: I)
 }
 
 }  // namespace
 
 TEST_CASE("a training step: the data-parallel all-reduce is derived, and the gradients are the unsharded ones") {
   std::vector<double> xv(24), w1v(4 * 8), w2v(8 * 4);
-  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = 0.1 * static_cast<double>(small(static_cast<std::int64_t>(i), 0, 0, 3));
-  for (std::size_t i = 0; i < w1v.size(); ++i) w1v[i] = 0.2 * static_cast<double>(small(static_cast<std::int64_t>(i), 1, 0, 5));
-  for (std::size_t i = 0; i < w2v.size(); ++i) w2v[i] = 0.3 * static_cast<double>(small(static_cast<std::int64_t>(i), 2, 0, 7));
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    xv[i] = 0.1 * static_cast<double>(small(static_cast<std::int64_t>(i), 0, 0, 3));
+  for (std::size_t i = 0; i < w1v.size(); ++i)
+    w1v[i] = 0.2 * static_cast<double>(small(static_cast<std::int64_t>(i), 1, 0, 5));
+  for (std::size_t i = 0; i < w2v.size(); ++i)
+    w2v[i] = 0.3 * static_cast<double>(small(static_cast<std::int64_t>(i), 2, 0, 7));
   // The whole model on a 1 x 1 mesh of this rank alone.
   const M one(world().split(world().rank(), 0), {1, 1});
   auto v1 = MeshTensor<double, M, per_axis<Invariant, S1>>::from_global(one, {4, 8}, w1v, {{}, {8}});
@@ -553,23 +586,30 @@ namespace {
 /// W2 row-parallel over tp, the batch over dp; a loss through sqrt, sigmoid,
 /// log and division (per-axis rules of the element-wise ops beyond gelu).
 template <class WC, class WR>
-auto swiglu_loss(const M& mesh, const WC& w1, const WC& w3, const WR& w2, const Lens& batch, const std::vector<double>& xv) {
+auto swiglu_loss(const M& mesh, const WC& w1, const WC& w3, const WR& w2, const Lens& batch,
+                 const std::vector<double>& xv) {
   using XL = per_axis<S0, Invariant>;
   const auto x = MeshTensor<double, M, XL>::from_global(mesh, {6, 4}, xv, {batch, {}});
-  auto h = silu(matmul(replicate<tp>(x), replicate<dp>(w1))) * matmul(replicate<tp>(x), replicate<dp>(w3));  // (dp: S(0), tp: S(1))
-  auto y = all_reduce<tp, Invariant>(matmul(h, replicate<dp>(w2)));                                       // (dp: S(0), tp: I)
+  auto h = silu(matmul(replicate<tp>(x), replicate<dp>(w1))) *
+           matmul(replicate<tp>(x), replicate<dp>(w3));              // (dp: S(0), tp: S(1))
+  auto y = all_reduce<tp, Invariant>(matmul(h, replicate<dp>(w2)));  // (dp: S(0), tp: I)
   auto e = exp(y * 0.5);
   return all_reduce<dp, Invariant>(sum(sqrt(e) * (1.0 - sigmoid(y)) + log(e + 1.0) / e) / 12.0);  // (dp: I, tp: I)
 }
 
 }  // namespace
 
-TEST_CASE("a SwiGLU training step on every mesh shape: silu, sigmoid, sqrt, log, division per axis, the unsharded gradients") {
+TEST_CASE(
+    "a SwiGLU training step on every mesh shape: silu, sigmoid, sqrt, log, division per axis, the unsharded gradients") {
   std::vector<double> xv(24), w1v(4 * 8), w3v(4 * 8), w2v(8 * 4);
-  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = 0.1 * static_cast<double>(small(static_cast<std::int64_t>(i), 0, 0, 3));
-  for (std::size_t i = 0; i < w1v.size(); ++i) w1v[i] = 0.2 * static_cast<double>(small(static_cast<std::int64_t>(i), 1, 0, 5));
-  for (std::size_t i = 0; i < w3v.size(); ++i) w3v[i] = 0.15 * static_cast<double>(small(static_cast<std::int64_t>(i), 3, 0, 4));
-  for (std::size_t i = 0; i < w2v.size(); ++i) w2v[i] = 0.3 * static_cast<double>(small(static_cast<std::int64_t>(i), 2, 0, 7));
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    xv[i] = 0.1 * static_cast<double>(small(static_cast<std::int64_t>(i), 0, 0, 3));
+  for (std::size_t i = 0; i < w1v.size(); ++i)
+    w1v[i] = 0.2 * static_cast<double>(small(static_cast<std::int64_t>(i), 1, 0, 5));
+  for (std::size_t i = 0; i < w3v.size(); ++i)
+    w3v[i] = 0.15 * static_cast<double>(small(static_cast<std::int64_t>(i), 3, 0, 4));
+  for (std::size_t i = 0; i < w2v.size(); ++i)
+    w2v[i] = 0.3 * static_cast<double>(small(static_cast<std::int64_t>(i), 2, 0, 7));
   using WC = MeshTensor<double, M, per_axis<Invariant, S1>>;
   using WR = MeshTensor<double, M, per_axis<Invariant, S0>>;
   const M one(world().split(world().rank(), 0), {1, 1});
@@ -589,8 +629,9 @@ TEST_CASE("a SwiGLU training step on every mesh shape: silu, sigmoid, sqrt, log,
     const auto loss = swiglu_loss(mesh, w1, w3, w2, batch, xv);
     backward(loss);
     CHECK(to_global(loss)[0] == doctest::Approx(to_global(whole_loss)[0]).epsilon(1e-12));
-    for (const auto& [g, e] : {std::pair{to_global(w1.grad()), to_global(v1.grad())}, std::pair{to_global(w3.grad()), to_global(v3.grad())},
-                               std::pair{to_global(w2.grad()), to_global(v2.grad())}}) {
+    for (const auto& [g, e] :
+         {std::pair{to_global(w1.grad()), to_global(v1.grad())}, std::pair{to_global(w3.grad()), to_global(v3.grad())},
+          std::pair{to_global(w2.grad()), to_global(v2.grad())}}) {
       REQUIRE(g.size() == e.size());
       bool same = true;
       for (std::size_t i = 0; i < g.size(); ++i) same = same && std::abs(g[i] - e[i]) <= 1e-12 * (1 + std::abs(e[i]));

@@ -96,8 +96,10 @@ TEST_CASE("contiguous shards: every lowering writes straight into its result, wi
       const auto [c, w] = counted([&] { return transit<Sharded<0>>(x, mo, s); });
       CHECK(all_equal(w, 1.f));
       CHECK(c.bytes_zeroed == 0);
-      if (s == Strategy::v_collective) CHECK(c.bytes_copied == 0);
-      else CHECK(c.bytes_copied <= own);  // the rows a rank keeps, copied once
+      if (s == Strategy::v_collective)
+        CHECK(c.bytes_copied == 0);
+      else
+        CHECK(c.bytes_copied <= own);  // the rows a rank keeps, copied once
     }
   }
 }
@@ -133,7 +135,8 @@ TEST_CASE("strided shards: placed by MPI's derived datatypes, except a reduction
     // part (contiguous), those received strided column blocks of the result,
     // placed by datatypes: no copy. A reshard along the strided dim: in place.
     const auto rows = test::random_lengths(rng, n, 3);
-    const auto [c, w] = counted([&] { return transit<Sharded<0>>(x, layout_mapping<Sharded<0>>(rows), Strategy::v_collective); });
+    const auto [c, w] =
+        counted([&] { return transit<Sharded<0>>(x, layout_mapping<Sharded<0>>(rows), Strategy::v_collective); });
     CHECK(all_equal(w, 1.f));
     CHECK(c.bytes_copied == 0);
     CHECK(c.bytes_zeroed == 0);
@@ -146,7 +149,8 @@ TEST_CASE("strided shards: placed by MPI's derived datatypes, except a reduction
     CHECK(k.bytes_zeroed == 0);
     std::vector<std::int64_t> other(lens.begin() + 1, lens.end());
     other.push_back(lens.front());
-    const auto [h, v] = counted([&] { return transit<Sharded<1>>(x, layout_mapping<Sharded<1>>(other), Strategy::v_collective); });
+    const auto [h, v] =
+        counted([&] { return transit<Sharded<1>>(x, layout_mapping<Sharded<1>>(other), Strategy::v_collective); });
     CHECK(all_equal(v, 1.f));
     CHECK(h.bytes_copied == 0);
   }

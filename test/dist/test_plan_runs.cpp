@@ -27,8 +27,10 @@ namespace {
 
 using Lens = std::vector<std::int64_t>;
 
-constexpr Strategy gather_strategies[] = {Strategy::padded, Strategy::per_root, Strategy::v_collective, Strategy::automatic};
-constexpr Strategy a2a_strategies[] = {Strategy::padded, Strategy::v_collective, Strategy::send_recv, Strategy::automatic};
+constexpr Strategy gather_strategies[] = {Strategy::padded, Strategy::per_root, Strategy::v_collective,
+                                          Strategy::automatic};
+constexpr Strategy a2a_strategies[] = {Strategy::padded, Strategy::v_collective, Strategy::send_recv,
+                                       Strategy::automatic};
 constexpr Strategy reshard_strategies[] = {Strategy::v_collective, Strategy::send_recv, Strategy::automatic};
 
 /// The lowering a backend primitive belongs to (as PlanStep::strategy names it).
@@ -56,7 +58,8 @@ std::vector<BackendCall> calls_of(F&& f) {
 
 std::string str(const std::vector<BackendCall>& calls) {
   std::string s;
-  for (const auto& c : calls) s += std::string(s.empty() ? "" : ", ") + c.primitive + " " + std::to_string(c.bytes) + " B";
+  for (const auto& c : calls)
+    s += std::string(s.empty() ? "" : ", ") + c.primitive + " " + std::to_string(c.bytes) + " B";
   return s.empty() ? "(none)" : s;
 }
 
@@ -75,14 +78,16 @@ std::string mismatch(const std::vector<PlanStep>& steps, const std::vector<Backe
       return std::string(c.primitive) + " is not a call of the " + step.strategy + " lowering";
     bytes += c.bytes;
   }
-  if (bytes != step.bytes) return "the calls were handed " + std::to_string(bytes) + " B, not " + std::to_string(step.bytes);
+  if (bytes != step.bytes)
+    return "the calls were handed " + std::to_string(bytes) + " B, not " + std::to_string(step.bytes);
   if (step.bytes > 0 && calls.empty()) return "no call";
   return "";
 }
 
 void check_ran(const std::vector<PlanStep>& steps, const std::vector<BackendCall>& calls, const std::string& what) {
   std::string planned;
-  for (const auto& s : steps) planned += s.op + " " + s.from + " -> " + s.to + " [" + s.strategy + ", " + std::to_string(s.bytes) + " B] ";
+  for (const auto& s : steps)
+    planned += s.op + " " + s.from + " -> " + s.to + " [" + s.strategy + ", " + std::to_string(s.bytes) + " B] ";
   INFO(what, "; explained: ", planned, "; backend calls: ", str(calls));
   CHECK(mismatch(steps, calls) == "");
 }
@@ -106,15 +111,16 @@ std::int64_t total(const Lens& ls) {
 }
 
 std::string named(const char* op, Strategy s, const Lens& a, const Lens& b, int dim) {
-  return std::string(op) + " (" + strategy_name(s) + ") dim " + std::to_string(dim) + " lengths " + to_string(std::span(a)) +
-         " -> " + to_string(std::span(b));
+  return std::string(op) + " (" + strategy_name(s) + ") dim " + std::to_string(dim) + " lengths " +
+         to_string(std::span(a)) + " -> " + to_string(std::span(b));
 }
 
 template <class T, LayoutTag L>
 Tensor<T, L> leaf(const Shape& g, layout_mapping<L> m = {}) {
-  auto t = Tensor<T, L>::from_function(test::world(), g, [](std::span<const std::int64_t> i) {
-    return static_cast<T>(1 + i[0] + 2 * (i.size() > 1 ? i[1] : 0));
-  }, std::move(m));
+  auto t = Tensor<T, L>::from_function(
+      test::world(), g,
+      [](std::span<const std::int64_t> i) { return static_cast<T>(1 + i[0] + 2 * (i.size() > 1 ? i[1] : 0)); },
+      std::move(m));
   t.requires_grad();
   return t;
 }
@@ -180,7 +186,8 @@ TEST_CASE("what runs is what explain said: simplified chains") {
   for (const Lens& a : test::lengths_cases(rng, n, {})) {
     const auto p = leaf<T, Partial>(Shape{total(a), 3});
     // reduce_scatter then all_gather: one all_reduce, forward and backward.
-    check_expression(all_gather(reduce_scatter<Sharded<0>>(p, a)), "all_gather(reduce_scatter(p)) lengths " + to_string(std::span(a)));
+    check_expression(all_gather(reduce_scatter<Sharded<0>>(p, a)),
+                     "all_gather(reduce_scatter(p)) lengths " + to_string(std::span(a)));
     const auto r = leaf<T, Replicated>(Shape{total(a), 3});
     // slice then zero_pad of a Replicated tensor: no route R -> P, so the chain runs step by step (no collective).
     check_expression(zero_pad(slice<Sharded<0>>(r, a)), "zero_pad(slice(r)) lengths " + to_string(std::span(a)));
@@ -189,7 +196,8 @@ TEST_CASE("what runs is what explain said: simplified chains") {
 
 TEST_CASE("the comparison fails on a plan that is not what ran") {
   const auto& comm = test::world();
-  const auto x = Tensor<double, Sharded<0>>::ones(comm, {2 * comm.size(), 3}, layout_mapping<Sharded<0>>(Lens(comm.size(), 2)));
+  const auto x =
+      Tensor<double, Sharded<0>>::ones(comm, {2 * comm.size(), 3}, layout_mapping<Sharded<0>>(Lens(comm.size(), 2)));
   const auto e = all_gather(x, Strategy::v_collective);
   const Plan plan = explain(e);
   const auto calls = calls_of([&] { (void)eval(e); });

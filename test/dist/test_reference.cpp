@@ -38,8 +38,10 @@ struct Sh {
   using layout = std::conditional_t<C::dynamic, Sharded<D>, Sharded<D, lengths<Ls...>>>;
   static std::vector<std::int64_t> lens() { return {Ls...}; }
   static layout_mapping<layout> mapping() {
-    if constexpr (C::dynamic) return layout_mapping<layout>(lens());
-    else return {};
+    if constexpr (C::dynamic)
+      return layout_mapping<layout>(lens());
+    else
+      return {};
   }
   static std::int64_t len(int r) { return lens()[static_cast<std::size_t>(r)]; }
   static std::int64_t offset(int r) {
@@ -52,18 +54,24 @@ struct Sh {
 // The reference's operations, for static and run-time lengths alike.
 template <class To, class X>
 auto reduce_scatter_to(const X& x, Strategy s) {
-  if constexpr (To::layout::has_static_lengths) return eager::reduce_scatter<typename To::layout>(x, s);
-  else return eager::reduce_scatter<typename To::layout>(x, To::lens(), s);
+  if constexpr (To::layout::has_static_lengths)
+    return eager::reduce_scatter<typename To::layout>(x, s);
+  else
+    return eager::reduce_scatter<typename To::layout>(x, To::lens(), s);
 }
 template <class To, class X>
 auto dynamic_slice_to(const X& x) {
-  if constexpr (To::layout::has_static_lengths) return eager::dynamic_slice<typename To::layout>(x);
-  else return eager::dynamic_slice<typename To::layout>(x, To::lens());
+  if constexpr (To::layout::has_static_lengths)
+    return eager::dynamic_slice<typename To::layout>(x);
+  else
+    return eager::dynamic_slice<typename To::layout>(x, To::lens());
 }
 template <class To, class X>
 auto all_to_all_to(const X& x, Strategy s) {
-  if constexpr (To::layout::has_static_lengths) return eager::all_to_all<typename To::layout>(x, s);
-  else return eager::all_to_all<typename To::layout>(x, To::lens(), s);
+  if constexpr (To::layout::has_static_lengths)
+    return eager::all_to_all<typename To::layout>(x, s);
+  else
+    return eager::all_to_all<typename To::layout>(x, To::lens(), s);
 }
 
 /// Local elements (i, j) of a 2-d tensor that differ from want * expected(i, j),
@@ -80,8 +88,7 @@ int count_grad_mismatches(const X& g, F&& expected, double want) {
     if (X::layout_type::dim == 0) row0 = g.global_offset();
   int bad = 0;
   for (std::int64_t i = 0; i < ls[0]; ++i)
-    for (std::int64_t j = 0; j < ls[1]; ++j)
-      bad += g(i, j) != static_cast<T>(want * expected(row0 + i, col0 + j));
+    for (std::int64_t j = 0; j < ls[1]; ++j) bad += g(i, j) != static_cast<T>(want * expected(row0 + i, col0 + j));
   return bad;
 }
 
@@ -211,14 +218,19 @@ TEST_CASE_TEMPLATE("reference: dynamic_slice", C, SHARDEX_REFERENCE_CONFIGS) {
   // [off_r, off_r + r + 1) and 0 elsewhere
   const std::int64_t lo = S1::offset(r), hi = lo + S1::len(r);
   CHECK(lo == r * (r + 1) / 2);
-  check_case(p, forward, 5.0 * (r + 1), [lo, hi](std::int64_t, std::int64_t j) { return j >= lo && j < hi ? 1.0 : 0.0; });
+  check_case(p, forward, 5.0 * (r + 1),
+             [lo, hi](std::int64_t, std::int64_t j) { return j >= lo && j < hi ? 1.0 : 0.0; });
   // Spelled out for rank 0 and rank 3, the two ends.
-  if (r == 0) CHECK(format_local(p.grad()) == "[[1, 0, 0, 0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0], "
-                                              "[1, 0, 0, 0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0], "
-                                              "[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]]");
-  if (r == 3) CHECK(format_local(p.grad()) == "[[0, 0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1, 1, 1], "
-                                              "[0, 0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1, 1, 1], "
-                                              "[0, 0, 0, 0, 0, 0, 1, 1, 1, 1]]");
+  if (r == 0)
+    CHECK(format_local(p.grad()) ==
+          "[[1, 0, 0, 0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0], "
+          "[1, 0, 0, 0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0, 0, 0], "
+          "[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]]");
+  if (r == 3)
+    CHECK(format_local(p.grad()) ==
+          "[[0, 0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1, 1, 1], "
+          "[0, 0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1, 1, 1], "
+          "[0, 0, 0, 0, 0, 0, 1, 1, 1, 1]]");
 }
 
 TEST_CASE_TEMPLATE("reference: all_to_all", C, SHARDEX_REFERENCE_CONFIGS) {

@@ -38,7 +38,8 @@ int mismatches(const G& g, const std::function<double(std::int64_t, std::int64_t
   if constexpr (is_sharded_v<typename G::layout_type>) (G::layout_type::dim == 0 ? row0 : col0) = g.global_offset();
   int bad = 0;
   for (std::int64_t i = 0; i < g.local_shape()[0]; ++i)
-    for (std::int64_t j = 0; j < g.local_shape()[1]; ++j) bad += g(i, j) != static_cast<float>(want(row0 + i, col0 + j));
+    for (std::int64_t j = 0; j < g.local_shape()[1]; ++j)
+      bad += g(i, j) != static_cast<float>(want(row0 + i, col0 + j));
   return bad;
 }
 const auto ones = [](std::int64_t, std::int64_t) { return 1.0; };

@@ -39,12 +39,12 @@ TEST_CASE("trace: every collective of every rank is in the merged file, with its
   for (auto l : lens) rows += l;
   auto x = Tensor<double, Sharded<0>>::ones(comm, {rows, 3}, layout_mapping<Sharded<0>>(lens));
   auto w = Tensor<double, Invariant>::ones(comm, {3}).requires_grad();
-  const Tensor<double, Replicated> g = all_gather(x);                        // collective 1 (per_root, padded or v)
+  const Tensor<double, Replicated> g = all_gather(x);  // collective 1 (per_root, padded or v)
   const auto p = Tensor<double, Partial>::ones(comm, {4});
-  const Tensor<double, Replicated> r = all_reduce(p);                        // collective 2
-  const auto s = eager::dynamic_slice<Sharded<0>>(g, lens);                  // local
-  Tensor<double, Replicated> loss = sum(replicate(w));                       // local forward ...
-  backward(loss);                                                            // ... its adjoint: collective 3
+  const Tensor<double, Replicated> r = all_reduce(p);        // collective 2
+  const auto s = eager::dynamic_slice<Sharded<0>>(g, lens);  // local
+  Tensor<double, Replicated> loss = sum(replicate(w));       // local forward ...
+  backward(loss);                                            // ... its adjoint: collective 3
   const std::int64_t written = trace::stop();
   CHECK(!trace::enabled());
   (void)s;
@@ -57,10 +57,12 @@ TEST_CASE("trace: every collective of every rank is in the merged file, with its
     const std::string text = buf.str();
     CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
     CHECK(occurrences(text, "\"name\":\"process_name\"") == n);
-    for (int rank = 0; rank < n; ++rank) CHECK(occurrences(text, "\"args\":{\"name\":\"rank " + std::to_string(rank) + "\"}") == 1);
+    for (int rank = 0; rank < n; ++rank)
+      CHECK(occurrences(text, "\"args\":{\"name\":\"rank " + std::to_string(rank) + "\"}") == 1);
     CHECK(occurrences(text, "\"cat\":\"collective\"") == 3 * n);
     CHECK(occurrences(text, "\"name\":\"all_gather\",\"cat\":\"collective\"") == n);
-    CHECK(occurrences(text, "\"name\":\"all_reduce\",\"cat\":\"collective\"") == 2 * n);  // forward, and replicate's adjoint
+    CHECK(occurrences(text, "\"name\":\"all_reduce\",\"cat\":\"collective\"") ==
+          2 * n);  // forward, and replicate's adjoint
     CHECK(occurrences(text, "\"name\":\"slice\",\"cat\":\"local\"") == n);
     CHECK(occurrences(text, "\"name\":\"backward(loss)\",\"cat\":\"backward\"") == n);
     CHECK(occurrences(text, "\"from\":\"S(0)" + to_string(std::span<const std::int64_t>(lens)) + "\"") >= n);
@@ -69,7 +71,10 @@ TEST_CASE("trace: every collective of every rank is in the merged file, with its
     std::remove(path.c_str());
   }
   // Stopped: nothing more is recorded.
-  { trace::Span sp("local", "after stop"); CHECK(!sp.on()); }
+  {
+    trace::Span sp("local", "after stop");
+    CHECK(!sp.on());
+  }
 }
 
 TEST_CASE("trace: off, a span costs a few nanoseconds") {

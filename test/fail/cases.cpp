@@ -113,7 +113,8 @@ void cases(const mpi::Communicator& comm) {
 #elif SHARDEX_FAIL_CASE == 24
   // expect: the operands live on meshes of different types
   const Mesh<dp, axis<"pp">> other(comm, {2, 2});
-  auto y = mx + MeshTensor<float, Mesh<dp, axis<"pp">>, per_axis<Sharded<0>, Replicated>>::zeros(other, {4, 10}, {{1, 3}, {}});
+  auto y = mx + MeshTensor<float, Mesh<dp, axis<"pp">>, per_axis<Sharded<0>, Replicated>>::zeros(other, {4, 10},
+                                                                                                 {{1, 3}, {}});
 #elif SHARDEX_FAIL_CASE == 25
   // expect: on one mesh axis an Invariant operand meets a per-rank one
   auto y = matmul(mx, mw);

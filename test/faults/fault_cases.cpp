@@ -58,13 +58,14 @@ bool bad_input(const std::string& name, const mpi::Communicator& comm) {
   } else if (name == "shape_overflows") {
     (void)Tensor<double, Invariant>::zeros(comm, {std::int64_t(1) << 32, std::int64_t(1) << 32});
   } else if (name == "too_large_for_mpi") {
-    (void)Tensor<float, Sharded<0>>::zeros(comm, {1, std::int64_t(1) << 31}, layout_mapping<Sharded<0>>(one_row_on_last));
+    (void)Tensor<float, Sharded<0>>::zeros(comm, {1, std::int64_t(1) << 31},
+                                           layout_mapping<Sharded<0>>(one_row_on_last));
   } else if (name == "group_fails_part_way") {
     std::vector<double> never(8, 0.0);
     double mine = comm.rank();
     auto g = comm.group();
     g.recv(never.data(), 8, (comm.rank() + 1) % n);  // nobody sends it: cancelled when the group is left
-    g.send(&mine, 1, n + 3);                          // an invalid peer: MPI_Isend fails
+    g.send(&mine, 1, n + 3);                         // an invalid peer: MPI_Isend fails
     g.end();
   } else if (name == "zeros_lengths_on_one_rank" || name == "slice_lengths_on_one_rank") {
     std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 1);

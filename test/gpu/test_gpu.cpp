@@ -50,8 +50,10 @@ constexpr double tolerance = std::same_as<T, double> ? 1e-11 : 2e-5;
 
 template <LayoutTag L>
 layout_mapping<L> mapping_of(const Lens& ls) {
-  if constexpr (is_sharded_v<L>) return layout_mapping<L>(ls);
-  else return {};
+  if constexpr (is_sharded_v<L>)
+    return layout_mapping<L>(ls);
+  else
+    return {};
 }
 
 /// A host tensor of layout L with values in [-1, 1): one global tensor, or
@@ -76,11 +78,11 @@ double max_diff(const Tensor<T, L, Cuda>& got, const Tensor<T, L, Host>& want) {
   return -static_cast<double>(scaled) * 1e-15;
 }
 
-#define CHECK_CLOSE(got, want, T, what)                                              \
-  do {                                                                                \
-    const double d_ = max_diff(got, want);                                            \
+#define CHECK_CLOSE(got, want, T, what)                                                          \
+  do {                                                                                           \
+    const double d_ = max_diff(got, want);                                                       \
     INFO((what) << ": max relative difference " << d_ << " (tolerance " << tolerance<T> << ")"); \
-    CHECK(d_ <= tolerance<T>);                                                        \
+    CHECK(d_ <= tolerance<T>);                                                                   \
   } while (0)
 
 /// backward(y) seeded with `w` (layout dual(To)) instead of ones: the
@@ -105,8 +107,8 @@ void transition_case(const Shape& g, const Lens& from, const Lens& to_lens, Stra
   xc.requires_grad();
   Tensor<T, To> yh = redistribute<To>(xh, mapping_of<To>(to_lens), s);
   Tensor<T, To, Cuda> yc = redistribute<To>(xc, mapping_of<To>(to_lens), s);
-  const std::string what = std::string(layout_name<From>()) + " -> " + layout_name<To>() + " (" + strategy_name(s) +
-                           ") global " + g.str();
+  const std::string what =
+      std::string(layout_name<From>()) + " -> " + layout_name<To>() + " (" + strategy_name(s) + ") global " + g.str();
   CHECK_CLOSE(yc, yh, T, what + " forward");
   const auto w = random<T, dual_t<To>>(g, seed + 7, to_lens, std::same_as<dual_t<To>, Partial>);
   backward_with(yh, w);
@@ -129,20 +131,27 @@ void all_transitions(std::uint64_t seed) {
       transition_case<T, S0, Replicated>({N, 3}, ls, {}, s, seed + 1);  // all_gather, contiguous pieces
       transition_case<T, S1, Replicated>({2, N}, ls, {}, s, seed + 2);  // all_gather, strided pieces
       transition_case<T, S1, Invariant>({2, N}, ls, {}, s, seed + 3);
-      transition_case<T, Partial, S0>({N, 3}, {}, ls, s, seed + 4);     // reduce_scatter
+      transition_case<T, Partial, S0>({N, 3}, {}, ls, s, seed + 4);  // reduce_scatter
       transition_case<T, Partial, S1>({2, N}, {}, ls, s, seed + 5);
     }
     for (Strategy s : {Strategy::automatic, Strategy::padded, Strategy::send_recv}) {
       transition_case<T, S0, S1>({N, 3 * n}, ls, Lens(static_cast<std::size_t>(n), 3), s, seed + 6);  // all_to_all
-      transition_case<T, S1, S0>({N + 1, N}, ls, [&] { Lens r = ls; r[0] += 1; return r; }(), s, seed + 7);
+      transition_case<T, S1, S0>(
+          {N + 1, N}, ls,
+          [&] {
+            Lens r = ls;
+            r[0] += 1;
+            return r;
+          }(),
+          s, seed + 7);
     }
     for (Strategy s : {Strategy::automatic, Strategy::send_recv})
-      transition_case<T, S0, S0>({N, 2}, ls, other, s, seed + 8);  // reshard
+      transition_case<T, S0, S0>({N, 2}, ls, other, s, seed + 8);                                // reshard
     transition_case<T, Partial, Replicated>({N + 1, 2}, {}, {}, Strategy::automatic, seed + 9);  // all_reduce
     transition_case<T, Partial, Invariant>({N + 1, 2}, {}, {}, Strategy::automatic, seed + 10);
     transition_case<T, Replicated, S0>({N, 2}, {}, ls, Strategy::automatic, seed + 11);  // slice
     transition_case<T, Invariant, S1>({2, N}, {}, ls, Strategy::automatic, seed + 12);
-    transition_case<T, S0, Partial>({N, 2}, ls, {}, Strategy::automatic, seed + 13);  // zero_pad
+    transition_case<T, S0, Partial>({N, 2}, ls, {}, Strategy::automatic, seed + 13);                // zero_pad
     transition_case<T, Invariant, Replicated>({N + 1, 2}, {}, {}, Strategy::automatic, seed + 14);  // replicate
     transition_case<T, S1, Partial>({2, N}, ls, {}, Strategy::automatic, seed + 15);
   }
@@ -204,8 +213,8 @@ void local_math(std::uint64_t seed) {
   SUBCASE("matmul, transpose, sum over a dim and over all") {
     const auto f = [](const auto& x, const auto& y, const auto& ww) {
       Tensor<T, R, typename std::remove_cvref_t<decltype(x)>::device_type> p = matmul(x * y, ww);  // (m, n)
-      Tensor<T, R, typename std::remove_cvref_t<decltype(x)>::device_type> q = transpose(p);         // (n, m)
-      return matmul(q, x);                                                                                // (n, k)
+      Tensor<T, R, typename std::remove_cvref_t<decltype(x)>::device_type> q = transpose(p);       // (n, m)
+      return matmul(q, x);                                                                         // (n, k)
     };
     Tensor<T, R> yh = f(a, b, w);
     Tensor<T, R, Cuda> yc = f(ac, bc, wc);
@@ -297,7 +306,8 @@ TEST_CASE("the NCCL communicator: ranks, device, and v_collective refused at run
   REQUIRE(plan.steps.size() == 1);
   CHECK(plan.steps[0].strategy == "padded");
   const auto gather_v = [&] { return Tensor<float, Replicated, Cuda>(all_gather(x, Strategy::v_collective)); };
-  CHECK_THROWS_WITH_AS(gather_v(), doctest::Contains("v_collective needs a backend with v collectives"), invalid_argument);
+  CHECK_THROWS_WITH_AS(gather_v(), doctest::Contains("v_collective needs a backend with v collectives"),
+                       invalid_argument);
 }
 
 }  // namespace

@@ -39,12 +39,14 @@ std::vector<std::int64_t> even(std::int64_t total, int n) {
 
 /// Values with many fraction bits, from F16's subnormals to past its largest.
 double narrow_value(std::int64_t i) {
-  return std::ldexp(1.0 + static_cast<double>(i * 7919 % 1009) / 1009.0, static_cast<int>(i % 46) - 26) * (i % 3 == 0 ? -1 : 1);
+  return std::ldexp(1.0 + static_cast<double>(i * 7919 % 1009) / 1009.0, static_cast<int>(i % 46) - 26) *
+         (i % 3 == 0 ? -1 : 1);
 }
 
 /// Whether tensors `a` and `b` of `path` load into T (sharded) with the same bits.
 template <class T>
-bool same_bits(const mpi::Communicator& comm, const std::string& path, const std::string& a, const std::string& b, std::int64_t len) {
+bool same_bits(const mpi::Communicator& comm, const std::string& path, const std::string& a, const std::string& b,
+               std::int64_t len) {
   const auto x = load<T, Sharded<0>>(comm, path, a, even(len, comm.size()));
   const auto y = load<T, Sharded<0>>(comm, path, b, even(len, comm.size()));
   return x.shape() == y.shape() && std::memcmp(x.data(), y.data(), static_cast<std::size_t>(x.size()) * sizeof(T)) == 0;
@@ -69,24 +71,30 @@ int main(int argc, char** argv) {
     const auto diff = [&](const auto& x, const auto& y) {
       ok = ok && x.shape() == y.shape();
       for (std::int64_t i = 0; ok && i < x.size(); ++i)
-        worst = std::max(worst, std::abs(double(x.data()[i]) - double(y.data()[i])) / std::max(1.0, std::abs(double(y.data()[i]))));
+        worst = std::max(
+            worst, std::abs(double(x.data()[i]) - double(y.data()[i])) / std::max(1.0, std::abs(double(y.data()[i]))));
     };
     for (const auto& t : a) {
       bool found = false;
       for (const auto& u : b) found = found || (u.name == t.name && u.dtype == t.dtype);
       ok = ok && found && (t.dtype == "F64" || t.dtype == "F32");
       if (!ok) break;
-      if (t.dtype == "F64") diff(load<double, Replicated>(comm, path, t.name), load<double, Replicated>(comm, other, t.name));
-      else diff(load<float, Replicated>(comm, path, t.name), load<float, Replicated>(comm, other, t.name));
+      if (t.dtype == "F64")
+        diff(load<double, Replicated>(comm, path, t.name), load<double, Replicated>(comm, other, t.name));
+      else
+        diff(load<float, Replicated>(comm, path, t.name), load<float, Replicated>(comm, other, t.name));
     }
     ok = ok && worst <= tol;
-    if (comm.rank() == 0) std::cout << a.size() << " tensors, max relative difference " << worst << " (tolerance " << tol << "): " << (ok ? "same" : "DIFFERENT") << "\n";
+    if (comm.rank() == 0)
+      std::cout << a.size() << " tensors, max relative difference " << worst << " (tolerance " << tol
+                << "): " << (ok ? "same" : "DIFFERENT") << "\n";
     return ok ? 0 : 1;
   }
   const int n = comm.size();
   if (mode == "narrow") {
     const auto v = [](std::span<const std::int64_t> i) { return narrow_value(i[0]); };
-    const auto v32 = Tensor<float, Sharded<0>>::from_function(comm, {97}, [&](std::span<const std::int64_t> i) { return float(v(i)); }, even(97, n));
+    const auto v32 = Tensor<float, Sharded<0>>::from_function(
+        comm, {97}, [&](std::span<const std::int64_t> i) { return float(v(i)); }, even(97, n));
     const auto v64 = Tensor<double, Sharded<0>>::from_function(comm, {97}, v, even(97, n));
     save(path, TensorList()
                    .add("v32", v32)
@@ -103,15 +111,20 @@ int main(int argc, char** argv) {
       if (t.name != "h" && t.name != "bf") continue;
       ++checked;
       const std::int64_t len = t.shape[0];
-      const bool f = same_bits<float>(comm, path, t.name, t.name + "_f32", len), d = same_bits<double>(comm, path, t.name, t.name + "_f32", len);
-      if (comm.rank() == 0) std::cout << t.name << " (" << t.dtype << ", " << len << ") as float: " << (f ? "same" : "DIFFERENT") << "; as double: " << (d ? "same" : "DIFFERENT") << "\n";
+      const bool f = same_bits<float>(comm, path, t.name, t.name + "_f32", len),
+                 d = same_bits<double>(comm, path, t.name, t.name + "_f32", len);
+      if (comm.rank() == 0)
+        std::cout << t.name << " (" << t.dtype << ", " << len << ") as float: " << (f ? "same" : "DIFFERENT")
+                  << "; as double: " << (d ? "same" : "DIFFERENT") << "\n";
       ok = ok && f && d;
     }
     return ok && checked > 0 ? 0 : 1;
   }
   if (mode == "write") {
-    auto a = Tensor<float, Sharded<1>>::from_function(comm, {3, 5}, [](std::span<const std::int64_t> i) { return float(i[0] * 10 + i[1]) + 0.5f; }, even(5, n));
-    auto b = Tensor<double, Sharded<0>>::from_function(comm, {4}, [](std::span<const std::int64_t> i) { return -1.25 * double(i[0]); }, even(4, n));
+    auto a = Tensor<float, Sharded<1>>::from_function(
+        comm, {3, 5}, [](std::span<const std::int64_t> i) { return float(i[0] * 10 + i[1]) + 0.5f; }, even(5, n));
+    auto b = Tensor<double, Sharded<0>>::from_function(
+        comm, {4}, [](std::span<const std::int64_t> i) { return -1.25 * double(i[0]); }, even(4, n));
     save(path, TensorList().add("a", a).add("b", b).metadata("written_by", "shardex"));
     return 0;
   }

@@ -84,15 +84,15 @@ int main(int argc, char** argv) {
   // One summary over all ranks: sums of the counts, and which ranks failed.
   // (Through the Communicator, not MPI itself: the build without MPI runs this too.)
   std::int64_t totals[5] = {g_stats.numTestCasesPassingFilters, g_stats.numTestCasesFailed,
-                            static_cast<std::int64_t>(g_stats.numAsserts), static_cast<std::int64_t>(g_stats.numAssertsFailed),
-                            rc != 0 ? 1 : 0};
+                            static_cast<std::int64_t>(g_stats.numAsserts),
+                            static_cast<std::int64_t>(g_stats.numAssertsFailed), rc != 0 ? 1 : 0};
   comm.all_reduce(totals, 5);  // sums, in place
-  std::ostringstream list;  // the failing ranks, on rank 0
+  std::ostringstream list;     // the failing ranks, on rank 0
   shardex::mpi::print_in_rank_order(comm, rc != 0 ? std::to_string(rank) + " " : std::string(), list);
   if (rank == 0) {
     std::cout << "[shardex] " << size << (size == 1 ? " rank" : " ranks") << ": test cases " << totals[0] / size
-              << " per rank, " << totals[1] << " failed over all ranks; assertions " << totals[2] << " ("
-              << totals[3] << " failed)";
+              << " per rank, " << totals[1] << " failed over all ranks; assertions " << totals[2] << " (" << totals[3]
+              << " failed)";
     if (totals[4] > 0) {
       std::string ranks = list.str();
       if (!ranks.empty() && ranks.back() == ' ') ranks.pop_back();

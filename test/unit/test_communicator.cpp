@@ -56,14 +56,15 @@ TEST_CASE("MPI errors become backend_error with MPI's error string, on every ran
   const auto& w = world();
   double v = 0;
   // An invalid root is an error on every rank alike, so no rank is left waiting.
-  CHECK_THROWS_WITH_AS(w.broadcast(&v, 1, w.size() + 3), doctest::Contains("MPI_Bcast failed: MPI_ERR_ROOT"), backend_error);
+  CHECK_THROWS_WITH_AS(w.broadcast(&v, 1, w.size() + 3), doctest::Contains("MPI_Bcast failed: MPI_ERR_ROOT"),
+                       backend_error);
   try {
     w.broadcast(&v, 1, -7);
   } catch (const backend_error& e) {
     CHECK(e.code() != MPI_SUCCESS);
   }
-  CHECK_THROWS_WITH_AS(mpi::to_count(std::int64_t(1) << 40, "MPI_Allgather"), doctest::Contains("does not fit MPI's int counts"),
-                       invalid_argument);
+  CHECK_THROWS_WITH_AS(mpi::to_count(std::int64_t(1) << 40, "MPI_Allgather"),
+                       doctest::Contains("does not fit MPI's int counts"), invalid_argument);
   w.barrier();  // still usable afterwards
 }
 #endif
@@ -119,7 +120,8 @@ TEST_CASE("a group left by an error cancels its receives at once and refuses gro
   CHECK(never[0] == -1.0);  // cancelled, not filled
   // A message meant for the cancelled receive could still arrive: grouped
   // traffic on c is refused, with the reason; collectives still work.
-  CHECK_THROWS_WITH_AS(c.group().recv(never.data(), 1, (me + 1) % n), doctest::Contains("was cancelled after an error"), error);
+  CHECK_THROWS_WITH_AS(c.group().recv(never.data(), 1, (me + 1) % n), doctest::Contains("was cancelled after an error"),
+                       error);
   double v = 1.0;
   c.all_reduce(&v, 1);
   CHECK(v == double(n));
@@ -159,7 +161,8 @@ TEST_CASE("without MPI, collectives are copies and a root or peer other than 0 i
   b.assign(4, -1.0);
   w.all_to_all_v(a.data(), two, one, b.data(), two, zero);
   CHECK(b == std::vector<double>{2, 3, -1, -1});
-  CHECK_THROWS_WITH_AS(w.all_gather_v(a.data(), 3, b.data(), two, one), doctest::Contains("all_gather_v"), invalid_argument);
+  CHECK_THROWS_WITH_AS(w.all_gather_v(a.data(), 3, b.data(), two, one), doctest::Contains("all_gather_v"),
+                       invalid_argument);
   std::int64_t m[] = {5, -2};
   w.all_reduce_min(m, 2);
   CHECK(m[1] == -2);
@@ -209,7 +212,8 @@ TEST_CASE("without MPI, a group's sends to rank 0 reach its receives from rank 0
 }
 #endif
 
-TEST_CASE("the watchdog's deadline: per communicator handle, shared by its copies, positive, SHARDEX_TIMEOUT by default") {
+TEST_CASE(
+    "the watchdog's deadline: per communicator handle, shared by its copies, positive, SHARDEX_TIMEOUT by default") {
   auto c = world().split(0, world().rank());
   CHECK(c.timeout() == watchdog::default_timeout());
   CHECK(c.timeout().count() > 0);

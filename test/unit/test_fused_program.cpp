@@ -36,7 +36,8 @@ void same_as_template_loop(const E& e, P&... params) {
   tree.prepare(false);  // the interpreter accumulates, as the device pass does
   FusedProgram<double> backward;
   tree.emit(backward);  // now with the gradient buffers of the leaves
-  for (std::int64_t i = 0; i < g.size(); ++i) backward.backprop_at(i, g.data()[i], [](double* d, double v, bool) { *d += v; });
+  for (std::int64_t i = 0; i < g.size(); ++i)
+    backward.backprop_at(i, g.data()[i], [](double* d, double v, bool) { *d += v; });
   tree.flush();
   std::size_t k = 0;
   (
@@ -57,7 +58,8 @@ TEST_CASE("a fused tree as a FusedProgram gives the template loop's values and g
        c = Tensor<double, R>::uniform(comm, {4, 5}, 3), bias = Tensor<double, R>::uniform(comm, {5}, 4);
   for (auto* t : {&a, &b, &c, &bias}) t->requires_grad();
   SUBCASE("every operation, a repeated operand and a broadcast bias") {
-    same_as_template_loop(add_bias(gelu(a * b + c) - tanh(a) * 2.0 + exp(scale(b, 0.5)) + relu(c) - (-a), bias), a, b, c, bias);
+    same_as_template_loop(add_bias(gelu(a * b + c) - tanh(a) * 2.0 + exp(scale(b, 0.5)) + relu(c) - (-a), bias), a, b,
+                          c, bias);
   }
   SUBCASE("one operation") { same_as_template_loop(a * b, a, b); }
   SUBCASE("a unary chain") { same_as_template_loop(gelu(tanh(exp(a / 4.0))), a); }

@@ -21,7 +21,8 @@ static_assert(std::same_as<dual_t<Invariant>, Invariant>);
 static_assert(std::same_as<dual_t<Replicated>, Partial>);
 static_assert(std::same_as<dual_t<Partial>, Replicated>);
 static_assert(std::same_as<dual_t<Sharded<1, L1234>>, Sharded<1, L1234>>);
-template <class L> constexpr bool dual_is_involution = std::same_as<dual_t<dual_t<L>>, L>;
+template <class L>
+constexpr bool dual_is_involution = std::same_as<dual_t<dual_t<L>>, L>;
 static_assert(dual_is_involution<Invariant> && dual_is_involution<Replicated> && dual_is_involution<Partial> &&
               dual_is_involution<Sharded<0>>);
 static_assert(Sharded<1, L1234>::has_static_lengths && !Sharded<1>::has_static_lengths && Sharded<3>::dim == 3);
@@ -34,20 +35,22 @@ static_assert(std::is_empty_v<layout_mapping<Sharded<1, L1234>>> && std::is_empt
 using S1 = Sharded<1, L1234>;
 using S0 = Sharded<0, lengths<4, 3, 2, 1>>;
 template <class F, class T>
-constexpr bool adjoint_is = std::same_as<adjoint_t<F, T>, transition<dual_t<T>, dual_t<F>>> && adjoint_t<F, T>::exists;
+constexpr bool adjoint_is = std::same_as<adjoint_t<F, T>, transition<dual_t<T>, dual_t<F>>>&& adjoint_t<F, T>::exists;
 // The six operations of DESIGN.md section 2, each with the adjoint it must have.
-static_assert(std::same_as<adjoint_t<S1, Replicated>, transition<Partial, S1>>);      // all_gather <-> reduce_scatter
-static_assert(std::same_as<adjoint_t<Partial, S1>, transition<S1, Replicated>>);      // reduce_scatter <-> all_gather
+static_assert(std::same_as<adjoint_t<S1, Replicated>, transition<Partial, S1>>);  // all_gather <-> reduce_scatter
+static_assert(std::same_as<adjoint_t<Partial, S1>, transition<S1, Replicated>>);  // reduce_scatter <-> all_gather
 static_assert(std::same_as<adjoint_t<Partial, Replicated>, transition<Partial, Replicated>>);  // all_reduce
-static_assert(std::same_as<adjoint_t<Replicated, S1>, transition<S1, Partial>>);      // slice <-> zero-pad
-static_assert(std::same_as<adjoint_t<S1, S0>, transition<S0, S1>>);                   // all_to_all back
-static_assert(std::same_as<adjoint_t<Invariant, Replicated>, transition<Partial, Invariant>>);  // replicate <-> all_reduce
+static_assert(std::same_as<adjoint_t<Replicated, S1>, transition<S1, Partial>>);               // slice <-> zero-pad
+static_assert(std::same_as<adjoint_t<S1, S0>, transition<S0, S1>>);                            // all_to_all back
+static_assert(
+    std::same_as<adjoint_t<Invariant, Replicated>, transition<Partial, Invariant>>);  // replicate <-> all_reduce
 // ... and the ones that follow from the same rule.
 static_assert(std::same_as<adjoint_t<Partial, Invariant>, transition<Invariant, Replicated>>);  // Megatron's g
-static_assert(std::same_as<adjoint_t<S1, Invariant>, transition<Invariant, S1>>);     // gather into I <-> slice
+static_assert(std::same_as<adjoint_t<S1, Invariant>, transition<Invariant, S1>>);  // gather into I <-> slice
 static_assert(adjoint_is<S1, Replicated> && adjoint_is<Partial, S1> && adjoint_is<Partial, Replicated> &&
-              adjoint_is<Replicated, S1> && adjoint_is<S1, Partial> && adjoint_is<S1, S0> && adjoint_is<Invariant, Replicated> &&
-              adjoint_is<Partial, Invariant> && adjoint_is<S1, Invariant> && adjoint_is<Invariant, S1>);
+              adjoint_is<Replicated, S1> && adjoint_is<S1, Partial> && adjoint_is<S1, S0> &&
+              adjoint_is<Invariant, Replicated> && adjoint_is<Partial, Invariant> && adjoint_is<S1, Invariant> &&
+              adjoint_is<Invariant, S1>);
 // Pairs no single lowering connects are not in the table.
 static_assert(!has_transition_v<Replicated, Invariant> && !has_transition_v<Replicated, Partial> &&
               !has_transition_v<Invariant, Partial>);
@@ -72,8 +75,8 @@ TEST_CASE("dynamic lengths live in the mapping and are checked against the commu
   CHECK_THROWS_WITH_AS(check_mapping<Sharded<0>>(m, Shape{6, 7}, 3, 1, "test"),
                        doctest::Contains("sum to 5 but the global extent of dim 0 is 6"), invalid_argument);
   layout_mapping<Sharded<0>> neg({2, -1, 4});
-  CHECK_THROWS_WITH_AS(check_mapping<Sharded<0>>(neg, Shape{5}, 3, 0, "test"), doctest::Contains("length of rank 1 is negative"),
-                       invalid_argument);
+  CHECK_THROWS_WITH_AS(check_mapping<Sharded<0>>(neg, Shape{5}, 3, 0, "test"),
+                       doctest::Contains("length of rank 1 is negative"), invalid_argument);
   layout_mapping<Sharded<2>> far({5});
   CHECK_THROWS_WITH_AS(check_mapping<Sharded<2>>(far, Shape{5, 7}, 1, 0, "test"),
                        doctest::Contains("sharded dim 2 is out of range for a 2-d tensor"), invalid_argument);
@@ -129,5 +132,6 @@ TEST_CASE("the cost model picks v collectives on MPI, and without them an equal-
   CHECK(pieces_along(Shape{1, 1, 6}, 2) == Pieces::contiguous);
   CHECK(pieces_along(Shape{2, 1, 6}, 2) == Pieces::strided);
   CHECK_THROWS_AS(resolve_strategy(Strategy::per_root, CollectiveOp::all_to_all, uneven, 4, true), invalid_argument);
-  CHECK_THROWS_AS(resolve_strategy(Strategy::v_collective, CollectiveOp::all_gather, uneven, 4, false), invalid_argument);
+  CHECK_THROWS_AS(resolve_strategy(Strategy::v_collective, CollectiveOp::all_gather, uneven, 4, false),
+                  invalid_argument);
 }

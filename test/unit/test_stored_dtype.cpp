@@ -31,8 +31,24 @@ namespace {
 /// Values of every magnitude a half or bfloat16 meets: zeros, subnormals,
 /// normals, past the largest finite one, both signs, many random fractions.
 std::vector<double> test_values() {
-  std::vector<double> v{0.0, -0.0, 1.0, -1.0, 65504.0, 65519.99, 65520.0, 65536.0, 1e6, 1e-30, 3e38, 3.5e38, 1e300, -1e300,
-                        5.960464477539063e-08, 2.9802322387695312e-08, 2.98023224e-08, 6.1035156e-05};
+  std::vector<double> v{0.0,
+                        -0.0,
+                        1.0,
+                        -1.0,
+                        65504.0,
+                        65519.99,
+                        65520.0,
+                        65536.0,
+                        1e6,
+                        1e-30,
+                        3e38,
+                        3.5e38,
+                        1e300,
+                        -1e300,
+                        5.960464477539063e-08,
+                        2.9802322387695312e-08,
+                        2.98023224e-08,
+                        6.1035156e-05};
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> frac(1.0, 2.0);
   for (int e = -140; e <= 130; ++e)
@@ -49,7 +65,8 @@ bool nearest_bf16(double x, std::uint16_t b) {
   const long double got = io::bf16_value(b);
   if (std::isinf(static_cast<double>(got))) {  // only beyond the largest finite bfloat16 plus half a step
     const long double top = io::bf16_value(0x7f7f), half_step = std::ldexp(1.0L, 127 - 8);
-    return std::signbit(static_cast<double>(got)) == std::signbit(x) && std::fabs(static_cast<long double>(x)) >= top + half_step;
+    return std::signbit(static_cast<double>(got)) == std::signbit(x) &&
+           std::fabs(static_cast<long double>(x)) >= top + half_step;
   }
   const long double d = std::fabs(static_cast<long double>(x) - got);
   for (int step : {-1, 1}) {
@@ -69,10 +86,14 @@ TEST_CASE("every BF16 and F16 bit pattern widens to float and narrows back to it
   for (std::uint32_t bits = 0; bits <= 0xffff; ++bits) {
     const auto b = static_cast<std::uint16_t>(bits);
     const float bf = io::bf16_value(b), h = io::f16_value(b);
-    if (std::isnan(bf)) bf_wrong += !std::isnan(io::bf16_value(io::bf16_bits(bf)));
-    else bf_wrong += io::bf16_bits(bf) != b;
-    if (std::isnan(h)) f16_wrong += !std::isnan(io::f16_value(io::f16_bits(h)));
-    else f16_wrong += io::f16_bits(h) != b;
+    if (std::isnan(bf))
+      bf_wrong += !std::isnan(io::bf16_value(io::bf16_bits(bf)));
+    else
+      bf_wrong += io::bf16_bits(bf) != b;
+    if (std::isnan(h))
+      f16_wrong += !std::isnan(io::f16_value(io::f16_bits(h)));
+    else
+      f16_wrong += io::f16_bits(h) != b;
   }
   CHECK(bf_wrong == 0);
   CHECK(f16_wrong == 0);
@@ -154,10 +175,13 @@ TEST_CASE("decode and encode buffers of every float dtype; which dtypes load int
     io::encode(fs.data(), dtype, odd.data() + 1, static_cast<std::int64_t>(fs.size()));
     std::vector<float> fback(fs.size());
     io::decode(dtype, odd.data() + 1, fback.data(), static_cast<std::int64_t>(fback.size()));
-    if (std::string_view(dtype) != "BF16" && std::string_view(dtype) != "F16") CHECK(fback == fs);
-    else CHECK(fback[1] == -1.5f);
+    if (std::string_view(dtype) != "BF16" && std::string_view(dtype) != "F16")
+      CHECK(fback == fs);
+    else
+      CHECK(fback[1] == -1.5f);
   }
-  CHECK_THROWS_WITH_AS(io::decode("I64", nullptr, static_cast<float*>(nullptr), 0), doctest::Contains("I64 is not a float dtype"), invalid_argument);
+  CHECK_THROWS_WITH_AS(io::decode("I64", nullptr, static_cast<float*>(nullptr), 0),
+                       doctest::Contains("I64 is not a float dtype"), invalid_argument);
   CHECK(io::holds_exactly("BF16", "F32"));
   CHECK(io::holds_exactly("F16", "F32"));
   CHECK(io::holds_exactly("F32", "F64"));

@@ -40,11 +40,20 @@ std::int64_t sum_of(std::span<const std::int64_t> ls) {
 template <class F>
 bool with_static_lengths(int n, F&& f) {
   switch (n) {
-    case 1: f(lengths<3>{}); return true;
-    case 2: f(lengths<0, 3>{}); return true;
-    case 3: f(lengths<2, 0, 5>{}); return true;
-    case 4: f(lengths<1, 2, 3, 4>{}); return true;
-    default: return false;
+    case 1:
+      f(lengths<3>{});
+      return true;
+    case 2:
+      f(lengths<0, 3>{});
+      return true;
+    case 3:
+      f(lengths<2, 0, 5>{});
+      return true;
+    case 4:
+      f(lengths<1, 2, 3, 4>{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -93,7 +102,10 @@ template <int R>
 Shape shape_of_rank(int d, std::int64_t extent_d) {
   static_assert(R >= 1 && R <= 4);
   const std::int64_t ext[] = {2, 3, 4, 5};
-  Shape s = R == 1 ? Shape{ext[0]} : R == 2 ? Shape{ext[0], ext[1]} : R == 3 ? Shape{ext[0], ext[1], ext[2]} : Shape{2, 3, 4, 5};
+  Shape s = R == 1   ? Shape{ext[0]}
+            : R == 2 ? Shape{ext[0], ext[1]}
+            : R == 3 ? Shape{ext[0], ext[1], ext[2]}
+                     : Shape{2, 3, 4, 5};
   return s.with(d, extent_d);
 }
 
@@ -131,8 +143,10 @@ static_assert(std::same_as<decltype(eager::sum(std::declval<Tensor<float, Partia
 // Scaling is linear: it keeps every layout, static lengths included.
 static_assert(std::same_as<eval_t<decltype(std::declval<Tensor<float, S1s>>() * 3.0f)>, Tensor<float, S1s>>);
 static_assert(std::same_as<eval_t<decltype(2.0 * std::declval<Tensor<double, Partial>>())>, Tensor<double, Partial>>);
-static_assert(std::same_as<eval_t<decltype(std::declval<Tensor<float, Replicated>>() / 4.0f)>, Tensor<float, Replicated>>);
-static_assert(std::same_as<decltype(eager::scale(std::declval<Tensor<float, Invariant>>(), 2.0f)), Tensor<float, Invariant>>);
+static_assert(
+    std::same_as<eval_t<decltype(std::declval<Tensor<float, Replicated>>() / 4.0f)>, Tensor<float, Replicated>>);
+static_assert(
+    std::same_as<decltype(eager::scale(std::declval<Tensor<float, Invariant>>(), 2.0f)), Tensor<float, Invariant>>);
 // Gradients take the dual layout.
 static_assert(std::same_as<Tensor<float, Replicated>::grad_type, Tensor<float, Partial>>);
 static_assert(std::same_as<Tensor<float, Partial>::grad_type, Tensor<float, Replicated>>);
@@ -224,7 +238,8 @@ TEST_CASE("from_function: spot values at known global indices") {
   // Rank r holds columns [2r, 2r + 2) of a 3 x 2n matrix whose element (i, j) is 10 i + j.
   const std::vector<std::int64_t> ls(static_cast<std::size_t>(n), 2);
   auto t = Tensor<double, Sharded<1>>::from_function(
-      comm, {3, 2 * n}, [](std::span<const std::int64_t> ij) { return 10 * ij[0] + ij[1]; }, layout_mapping<Sharded<1>>(ls));
+      comm, {3, 2 * n}, [](std::span<const std::int64_t> ij) { return 10 * ij[0] + ij[1]; },
+      layout_mapping<Sharded<1>>(ls));
   SHARDEX_REQUIRE_ALL((t.local_shape() == Shape{3, 2}));
   CHECK(t(0, 0) == 2 * r);
   CHECK(t(0, 1) == 2 * r + 1);
@@ -235,26 +250,28 @@ TEST_CASE("from_function: spot values at known global indices") {
 TEST_CASE("static and dynamic lengths give the same local geometry") {
   const auto& comm = world();
   const int n = comm.size(), r = comm.rank();
-  const bool have = with_static_lengths(n, [&]<std::int64_t... Ls>(lengths<Ls...>) {
-    using Lens = lengths<Ls...>;
-    const std::vector<std::int64_t> ls{Ls...};
-    const auto rr = static_cast<std::size_t>(r);
-    auto s = Tensor<float, Sharded<1, Lens>>::from_function(comm, {2, Lens::sum, 3}, global_value);
-    auto d = Tensor<float, Sharded<1>>::from_function(comm, {2, Lens::sum, 3}, global_value, layout_mapping<Sharded<1>>(ls));
-    CHECK(s.shape() == d.shape());
-    CHECK(s.local_shape() == Shape{2, Lens::values[rr], 3});
-    CHECK(s.local_shape() == d.local_shape());
-    CHECK(s.global_offset() == Lens::offsets[rr]);
-    CHECK(s.global_offset() == d.global_offset());
-    CHECK(std::vector<std::int64_t>(s.lengths().begin(), s.lengths().end()) == ls);
-    CHECK(std::vector<std::int64_t>(d.lengths().begin(), d.lengths().end()) == ls);
-    CHECK(count_mismatches(s, global_value) == 0);
-    CHECK(count_mismatches(d, global_value) == 0);
-    SHARDEX_REQUIRE_ALL(s.size() == d.size());
-    int differ = 0;
-    for (std::int64_t i = 0; i < s.size(); ++i) differ += s.data()[i] != d.data()[i];
-    CHECK(differ == 0);
-  });
+  const bool have = with_static_lengths(
+      n, [&]<std::int64_t... Ls>(lengths<Ls...>) {
+        using Lens = lengths<Ls...>;
+        const std::vector<std::int64_t> ls{Ls...};
+        const auto rr = static_cast<std::size_t>(r);
+        auto s = Tensor<float, Sharded<1, Lens>>::from_function(comm, {2, Lens::sum, 3}, global_value);
+        auto d = Tensor<float, Sharded<1>>::from_function(comm, {2, Lens::sum, 3}, global_value,
+                                                          layout_mapping<Sharded<1>>(ls));
+        CHECK(s.shape() == d.shape());
+        CHECK(s.local_shape() == Shape{2, Lens::values[rr], 3});
+        CHECK(s.local_shape() == d.local_shape());
+        CHECK(s.global_offset() == Lens::offsets[rr]);
+        CHECK(s.global_offset() == d.global_offset());
+        CHECK(std::vector<std::int64_t>(s.lengths().begin(), s.lengths().end()) == ls);
+        CHECK(std::vector<std::int64_t>(d.lengths().begin(), d.lengths().end()) == ls);
+        CHECK(count_mismatches(s, global_value) == 0);
+        CHECK(count_mismatches(d, global_value) == 0);
+        SHARDEX_REQUIRE_ALL(s.size() == d.size());
+        int differ = 0;
+        for (std::int64_t i = 0; i < s.size(); ++i) differ += s.data()[i] != d.data()[i];
+        CHECK(differ == 0);
+      });
   if (!have) MESSAGE("no static lengths list for world size " << n << "; the dynamic cases cover it");
 }
 
@@ -272,7 +289,8 @@ TEST_CASE("zero-length local parts") {
   CHECK(t.global_offset() == 0);
   CHECK(format_local(t) == (last ? "[[1, 1], [1, 1], [1, 1]]" : "[[]]"));
   // A zero global extent: every rank holds nothing.
-  auto e = Tensor<double, Sharded<1>>::zeros(comm, {4, 0}, layout_mapping<Sharded<1>>(std::vector<std::int64_t>(static_cast<std::size_t>(n), 0)));
+  auto e = Tensor<double, Sharded<1>>::zeros(
+      comm, {4, 0}, layout_mapping<Sharded<1>>(std::vector<std::int64_t>(static_cast<std::size_t>(n), 0)));
   CHECK(e.size() == 0);
   CHECK(e.local_shape() == Shape{4, 0});
   CHECK(eager::sum(e)() == 0.0);
@@ -315,8 +333,9 @@ TEST_CASE("view_local shares memory with the user's buffer, both ways") {
   std::vector<float> buf(6);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = float(i);
   // Two rows per rank: the global shape is (2n, 3).
-  auto v = Tensor<float, Sharded<0>>::view_local(comm, {2, 3}, buf.data(), buf.size(),
-                                                 layout_mapping<Sharded<0>>(std::vector<std::int64_t>(static_cast<std::size_t>(n), 2)));
+  auto v = Tensor<float, Sharded<0>>::view_local(
+      comm, {2, 3}, buf.data(), buf.size(),
+      layout_mapping<Sharded<0>>(std::vector<std::int64_t>(static_cast<std::size_t>(n), 2)));
   CHECK(v.is_view());
   CHECK(v.data() == buf.data());
   CHECK(v.shape() == Shape{2 * n, 3});
@@ -367,19 +386,21 @@ TEST_CASE("describe() names dtype, layout, global and local shapes, rank and wor
   const auto& comm = world();
   const int n = comm.size(), r = comm.rank();
   const std::string on = " on rank " + std::to_string(r) + " of " + std::to_string(n);
-  CHECK(Tensor<float, Replicated>::zeros(comm, {2, 3}).describe() == "Tensor<float32, R> global (2, 3), local (2, 3)" + on);
+  CHECK(Tensor<float, Replicated>::zeros(comm, {2, 3}).describe() ==
+        "Tensor<float32, R> global (2, 3), local (2, 3)" + on);
   CHECK(Tensor<double, Partial>::zeros(comm, {4}).describe() == "Tensor<float64, P(sum)> global (4), local (4)" + on);
   CHECK(Tensor<float, Invariant>::zeros(comm, Shape{}).describe() == "Tensor<float32, I> global (), local ()" + on);
   const auto ls = uneven(n);
   const std::string mine = std::to_string(ls[static_cast<std::size_t>(r)]);
   CHECK(Tensor<double, Sharded<1>>::zeros(comm, {5, sum_of(ls)}, layout_mapping<Sharded<1>>(ls)).describe() ==
         "Tensor<float64, S(1)[dyn]> global (5, " + std::to_string(sum_of(ls)) + "), local (5, " + mine + ")" + on);
-  with_static_lengths(n, [&]<std::int64_t... Ls>(lengths<Ls...>) {
-    using Lens = lengths<Ls...>;
-    CHECK(Tensor<float, Sharded<0, Lens>>::zeros(comm, {Lens::sum, 2}).describe() ==
-          "Tensor<float32, S(0)" + to_string(Lens::values) + "> global (" + std::to_string(Lens::sum) + ", 2), local (" +
-              std::to_string(Lens::values[static_cast<std::size_t>(r)]) + ", 2)" + on);
-  });
+  with_static_lengths(
+      n, [&]<std::int64_t... Ls>(lengths<Ls...>) {
+        using Lens = lengths<Ls...>;
+        CHECK(Tensor<float, Sharded<0, Lens>>::zeros(comm, {Lens::sum, 2}).describe() ==
+              "Tensor<float32, S(0)" + to_string(Lens::values) + "> global (" + std::to_string(Lens::sum) +
+                  ", 2), local (" + std::to_string(Lens::values[static_cast<std::size_t>(r)]) + ", 2)" + on);
+      });
 }
 
 TEST_CASE("operator() indexes the local part row-major; a wrong index count throws") {
@@ -415,7 +436,8 @@ TEST_CASE("format_local prints the local part with nested brackets") {
 
 // ---- autodiff basics -----------------------------------------------------------------------
 
-TEST_CASE_TEMPLATE("eager::sum(x * 3): the loss and a gradient of 3 in the dual layout, for every layout", T, float, double) {
+TEST_CASE_TEMPLATE("eager::sum(x * 3): the loss and a gradient of 3 in the dual layout, for every layout", T, float,
+                   double) {
   const auto& comm = world();
   const int n = comm.size(), r = comm.rank();
   const auto ls = uneven(n);
@@ -479,10 +501,11 @@ TEST_CASE("grad() before backward, and of a tensor outside the graph, throws a c
   CHECK_THROWS_WITH_AS((void)x.grad(), doctest::Contains("Tensor<float32, R> global (2, 2)"), shardex::error);
   auto plain = Tensor<float, Replicated>::ones(comm, {2, 2});
   CHECK_FALSE(plain.is_differentiable());
-  CHECK_THROWS_WITH_AS((void)plain.grad(), doctest::Contains("is not differentiable; call requires_grad()"), shardex::error);
-  // A loss that depends on nothing differentiable, and a loss with more than one element.
-  CHECK_THROWS_WITH_AS(backward(eager::sum(plain)), doctest::Contains("does not depend on any tensor that requires_grad()"),
+  CHECK_THROWS_WITH_AS((void)plain.grad(), doctest::Contains("is not differentiable; call requires_grad()"),
                        shardex::error);
+  // A loss that depends on nothing differentiable, and a loss with more than one element.
+  CHECK_THROWS_WITH_AS(backward(eager::sum(plain)),
+                       doctest::Contains("does not depend on any tensor that requires_grad()"), shardex::error);
   CHECK_THROWS_WITH_AS(backward(x * 2.0f), doctest::Contains("the loss must hold one element"), invalid_argument);
   CHECK_FALSE(x.has_grad());
   // After backward the gradient is there, and zero_grad forgets it.
@@ -499,7 +522,7 @@ TEST_CASE("detach() leaves the graph and keeps the data") {
   auto x = Tensor<double, Replicated>::full(comm, {3}, 2.0).requires_grad();
   auto d = x.detach();
   CHECK_FALSE(d.is_differentiable());
-  CHECK(d.data() == x.data());  // same storage, no copy
+  CHECK(d.data() == x.data());   // same storage, no copy
   CHECK(x.is_differentiable());  // the original stays in the graph
   auto y = eager::scale(x, 4.0);
   CHECK(y.is_differentiable());

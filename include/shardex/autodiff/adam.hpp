@@ -35,8 +35,7 @@ template <class... P>
 class Adam {
 public:
   /// Zero moments shaped and laid out like `params`.
-  explicit Adam(AdamOptions o, const P&... params)
-      : o_(o), m_(zeros_like(params)...), v_(zeros_like(params)...) {}
+  explicit Adam(AdamOptions o, const P&... params) : o_(o), m_(zeros_like(params)...), v_(zeros_like(params)...) {}
 
   /// One update of every parameter from its gradient (a parameter without a
   /// gradient is left as it is), then zero_grad. No communication.
@@ -71,7 +70,8 @@ private:
     if (!p.has_grad()) return;
     using T = typename X::value_type;
     const auto& g = p.grad();
-    const double c1 = 1 - std::pow(o_.beta1, static_cast<double>(t_)), c2 = 1 - std::pow(o_.beta2, static_cast<double>(t_));
+    const double c1 = 1 - std::pow(o_.beta1, static_cast<double>(t_)),
+                 c2 = 1 - std::pow(o_.beta2, static_cast<double>(t_));
     T* pd = p.data();
     T* md = m.data();
     T* vd = v.data();

@@ -105,8 +105,8 @@ void backward(const Tensor<T, L, Device>& loss) {
   autodiff::reverse_pass(
       *loss.node(), &loss.comm(), [&] { loss.node()->seed(); },
       [&] {
-        return "shardex::backward(loss) on rank " + std::to_string(loss.rank()) + " of " + std::to_string(loss.world_size()) +
-               " (loss " + loss.describe() + ")";
+        return "shardex::backward(loss) on rank " + std::to_string(loss.rank()) + " of " +
+               std::to_string(loss.world_size()) + " (loss " + loss.describe() + ")";
       });
 }
 

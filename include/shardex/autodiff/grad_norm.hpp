@@ -95,14 +95,16 @@ double grad_norm(const P0& first, const P&... rest) {
     p.require_valid("shardex::grad_norm");
     const mpi::Communicator& c = grad_norm_part<X>::comm(p);
     if (err.empty() && (c.size() != comm.size() || c.rank() != comm.rank()))
-      err = "shardex::grad_norm on rank " + std::to_string(comm.rank()) + ": the parameters live on different communicators (" +
-            std::to_string(comm.size()) + " and " + std::to_string(c.size()) + " ranks)";
+      err = "shardex::grad_norm on rank " + std::to_string(comm.rank()) +
+            ": the parameters live on different communicators (" + std::to_string(comm.size()) + " and " +
+            std::to_string(c.size()) + " ranks)";
     for (auto e : grad_norm_part<X>::shape(p).extents()) sig.add(e);
     counted += grad_norm_part<X>::counted_squares(p);
   };
   take(first);
   (take(rest), ...);
-  detail::agree(comm, err, sig, [&] { return "shardex::grad_norm of " + std::to_string(1 + sizeof...(P)) + " parameters"; });
+  detail::agree(comm, err, sig,
+                [&] { return "shardex::grad_norm of " + std::to_string(1 + sizeof...(P)) + " parameters"; });
   if (comm.size() > 1) comm.all_reduce(&counted, 1);
   return std::sqrt(counted);
 }

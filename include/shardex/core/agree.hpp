@@ -40,8 +40,10 @@ private:
 /// device memory. The cross-rank checks are small host messages.
 template <class Comm>
 const auto& control_of(const Comm& comm) {
-  if constexpr (requires { comm.control(); }) return comm.control();
-  else return comm;
+  if constexpr (requires { comm.control(); })
+    return comm.control();
+  else
+    return comm;
 }
 
 /// The calls of a plan whose ranks already agreed on all of it at once
@@ -66,8 +68,10 @@ private:
 /// (so that the text is only built when an error needs it).
 template <class Describe>
 std::string call_text(const Describe& d) {
-  if constexpr (std::invocable<const Describe&>) return d();
-  else return std::string(d);
+  if constexpr (std::invocable<const Describe&>)
+    return d();
+  else
+    return std::string(d);
 }
 
 /// The ranks grouped by the call they make, in rank order: "rank 0 | ranks 1, 2".
@@ -94,7 +98,8 @@ inline std::string rank_groups(const std::vector<std::int64_t>& sigs) {
 /// the error path only. `agree` is built on it; file operations, which must
 /// agree even under CheckLevel::local, call it directly.
 template <class HostComm>
-std::string first_error(const HostComm& comm, const std::string& local_error, std::int64_t signature, bool& signatures_differ) {
+std::string first_error(const HostComm& comm, const std::string& local_error, std::int64_t signature,
+                        bool& signatures_differ) {
   std::int64_t v[3] = {local_error.empty() ? comm.size() : comm.rank(), signature, -signature};
   comm.all_reduce_min(v, 3);
   signatures_differ = v[1] != -v[2];
@@ -105,7 +110,8 @@ std::string first_error(const HostComm& comm, const std::string& local_error, st
   comm.broadcast(&len, 1, bad);
   msg.resize(static_cast<std::size_t>(len));
   comm.broadcast(msg.data(), len, bad);
-  if (comm.rank() != bad) msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
+  if (comm.rank() != bad)
+    msg += " (reported by rank " + std::to_string(bad) + "; this is rank " + std::to_string(comm.rank()) + ")";
   return msg;
 }
 
@@ -123,17 +129,19 @@ void agree(const Comm& device_comm, const std::string& local_error, const Signat
   }
   ++counters_ref().agreements;
   bool signatures_differ = false;
-  if (std::string msg = first_error(comm, local_error, sig.value(), signatures_differ); !msg.empty()) throw invalid_argument(msg);
+  if (std::string msg = first_error(comm, local_error, sig.value(), signatures_differ); !msg.empty())
+    throw invalid_argument(msg);
   if (signatures_differ) {
     // Name the ranks out of step: one more collective, on the error path
     // only (every rank is here, in this agreement).
     std::vector<std::int64_t> sigs(static_cast<std::size_t>(comm.size()));
     const std::int64_t mine = sig.value();
     comm.all_gather(&mine, sigs.data(), 1);
-    throw invalid_argument(call_text(call) + " on rank " + std::to_string(comm.rank()) +
-                           ": the ranks are not making the same call (operation, dtype, shapes or lengths differ across "
-                           "ranks; the ranks by the call they make: " + rank_groups(sigs) +
-                           "); every rank must call the same collectives in the same order");
+    throw invalid_argument(
+        call_text(call) + " on rank " + std::to_string(comm.rank()) +
+        ": the ranks are not making the same call (operation, dtype, shapes or lengths differ across "
+        "ranks; the ranks by the call they make: " +
+        rank_groups(sigs) + "); every rank must call the same collectives in the same order");
   }
 }
 

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <type_traits>
 
-
 #if defined(__CUDACC__)
 #define SHARDEX_HD __host__ __device__
 #else
@@ -34,7 +33,8 @@ namespace shardex::math {
 /// element-wise loops vectorize: glibc's tanhf (through expm1f) was a seventh
 /// of a Megatron MLP step.
 inline float rational_tanh(float a) {
-  const float x = a < -7.90531110763549805f ? -7.90531110763549805f : (a > 7.90531110763549805f ? 7.90531110763549805f : a);
+  const float x =
+      a < -7.90531110763549805f ? -7.90531110763549805f : (a > 7.90531110763549805f ? 7.90531110763549805f : a);
   const float x2 = x * x;
   float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
   p = x2 * p + -8.60467152213735e-11f;
@@ -53,11 +53,15 @@ inline float rational_tanh(float a) {
 template <class T>
 SHARDEX_HD inline T tanh(T a) {
 #if defined(__CUDA_ARCH__)
-  if constexpr (std::is_same_v<T, float>) return ::tanhf(a);
-  else return ::tanh(a);
+  if constexpr (std::is_same_v<T, float>)
+    return ::tanhf(a);
+  else
+    return ::tanh(a);
 #elif !defined(__CUDACC__)
-  if constexpr (std::is_same_v<T, float>) return rational_tanh(a);
-  else return std::tanh(a);
+  if constexpr (std::is_same_v<T, float>)
+    return rational_tanh(a);
+  else
+    return std::tanh(a);
 #else
   return std::tanh(a);
 #endif
@@ -66,11 +70,13 @@ SHARDEX_HD inline T tanh(T a) {
 // exp, sqrt, log: CUDA's float and double overloads in device code (std:: is
 // host-only there), std:: on the host.
 #if defined(__CUDA_ARCH__)
-#define SHARDEX_MATH_FUNCTION(fn)                           \
-  template <class T>                                        \
-  SHARDEX_HD inline T fn(T a) {                             \
-    if constexpr (std::is_same_v<T, float>) return ::fn##f(a); \
-    else return ::fn(a);                                    \
+#define SHARDEX_MATH_FUNCTION(fn)           \
+  template <class T>                        \
+  SHARDEX_HD inline T fn(T a) {             \
+    if constexpr (std::is_same_v<T, float>) \
+      return ::fn##f(a);                    \
+    else                                    \
+      return ::fn(a);                       \
   }
 #else
 #define SHARDEX_MATH_FUNCTION(fn) \

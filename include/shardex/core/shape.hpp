@@ -24,11 +24,13 @@ public:
 
   constexpr Shape() = default;
   constexpr Shape(std::initializer_list<std::int64_t> extents) {
-    if (extents.size() > max_rank) throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
+    if (extents.size() > max_rank)
+      throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
     for (auto e : extents) ext_[rank_++] = e;
   }
   explicit Shape(std::span<const std::int64_t> extents) {
-    if (extents.size() > max_rank) throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
+    if (extents.size() > max_rank)
+      throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
     for (auto e : extents) ext_[rank_++] = e;
   }
 

@@ -14,11 +14,14 @@ struct StridedBlock {
   /// The elements of the piece (its elements travel row by row).
   [[nodiscard]] std::int64_t count() const noexcept { return rows * run; }
   /// Block `[off, off + len)` of the middle dim of an (outer, extent, inner) array.
-  static StridedBlock of(std::int64_t outer, std::int64_t extent, std::int64_t inner, std::int64_t off, std::int64_t len) {
+  static StridedBlock of(std::int64_t outer, std::int64_t extent, std::int64_t inner, std::int64_t off,
+                         std::int64_t len) {
     return {off * inner, len == 0 ? 0 : outer, len * inner, extent * inner};
   }
   /// `count` contiguous elements from element `offset`.
-  static StridedBlock contiguous(std::int64_t offset, std::int64_t count) { return {offset, count == 0 ? 0 : 1, count, count}; }
+  static StridedBlock contiguous(std::int64_t offset, std::int64_t count) {
+    return {offset, count == 0 ? 0 : 1, count, count};
+  }
 };
 
 }  // namespace shardex

@@ -28,10 +28,12 @@ inline std::atomic<bool>& enabled_flag() noexcept {
   return on;
 }
 inline std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 /// Adds one complete event to this process's buffer (library-defined).
-void record(const char* category, std::string name, std::int64_t start_ns, std::int64_t duration_ns, std::string args_json);
+void record(const char* category, std::string name, std::int64_t start_ns, std::int64_t duration_ns,
+            std::string args_json);
 }  // namespace detail
 
 /// Whether spans are being recorded now.
@@ -60,7 +62,9 @@ public:
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
   ~Span() {
-    if (on_) detail::record(category_, name_ ? std::string(name_) : std::string(), start_, detail::now_ns() - start_, std::move(args_));
+    if (on_)
+      detail::record(category_, name_ ? std::string(name_) : std::string(), start_, detail::now_ns() - start_,
+                     std::move(args_));
   }
   [[nodiscard]] bool on() const noexcept { return on_; }
   /// The event's "args" (a JSON object's members, without braces), set only when on.

@@ -47,10 +47,10 @@ namespace detail {
 inline void check_calibration(const CalibrationOptions& o) {
   const GemmShape& g = o.gemm;
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0 || o.repeats <= 0 || !(o.load_factor > 0))
-    throw invalid_argument("shardex::measure_speeds: the product must have positive sizes (m " + std::to_string(g.m) + ", k " +
-                           std::to_string(g.k) + ", n " + std::to_string(g.n) + ", batch " + std::to_string(g.batch) +
-                           "), and repeats (" + std::to_string(o.repeats) + ") and load_factor (" +
-                           std::to_string(o.load_factor) + ") must be positive");
+    throw invalid_argument("shardex::measure_speeds: the product must have positive sizes (m " + std::to_string(g.m) +
+                           ", k " + std::to_string(g.k) + ", n " + std::to_string(g.n) + ", batch " +
+                           std::to_string(g.batch) + "), and repeats (" + std::to_string(o.repeats) +
+                           ") and load_factor (" + std::to_string(o.load_factor) + ") must be positive");
 }
 
 template <class Dev, class T>

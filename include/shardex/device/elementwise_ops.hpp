@@ -20,20 +20,41 @@ namespace shardex::ops {
 struct Add {
   static constexpr int arity = 2;
   static constexpr const char* name = "add";
-  template <class T> SHARDEX_HD T f(T a, T b) const { return a + b; }
-  template <class T> SHARDEX_HD void df(T, T, T g, T& ga, T& gb) const { ga += g; gb += g; }
+  template <class T>
+  SHARDEX_HD T f(T a, T b) const {
+    return a + b;
+  }
+  template <class T>
+  SHARDEX_HD void df(T, T, T g, T& ga, T& gb) const {
+    ga += g;
+    gb += g;
+  }
 };
 struct Sub {
   static constexpr int arity = 2;
   static constexpr const char* name = "sub";
-  template <class T> SHARDEX_HD T f(T a, T b) const { return a - b; }
-  template <class T> SHARDEX_HD void df(T, T, T g, T& ga, T& gb) const { ga += g; gb -= g; }
+  template <class T>
+  SHARDEX_HD T f(T a, T b) const {
+    return a - b;
+  }
+  template <class T>
+  SHARDEX_HD void df(T, T, T g, T& ga, T& gb) const {
+    ga += g;
+    gb -= g;
+  }
 };
 struct Mul {
   static constexpr int arity = 2;
   static constexpr const char* name = "mul";
-  template <class T> SHARDEX_HD T f(T a, T b) const { return a * b; }
-  template <class T> SHARDEX_HD void df(T a, T b, T g, T& ga, T& gb) const { ga += g * b; gb += g * a; }
+  template <class T>
+  SHARDEX_HD T f(T a, T b) const {
+    return a * b;
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T b, T g, T& ga, T& gb) const {
+    ga += g * b;
+    gb += g * a;
+  }
 };
 
 /// a / b. Its layout rule (rules::div) refuses a Partial divisor: 1 / (sum of
@@ -41,8 +62,12 @@ struct Mul {
 struct Div {
   static constexpr int arity = 2;
   static constexpr const char* name = "div";
-  template <class T> SHARDEX_HD T f(T a, T b) const { return a / b; }
-  template <class T> SHARDEX_HD void df(T a, T b, T g, T& ga, T& gb) const {
+  template <class T>
+  SHARDEX_HD T f(T a, T b) const {
+    return a / b;
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T b, T g, T& ga, T& gb) const {
     const T q = g / b;
     ga += q;
     gb -= q * (a / b);
@@ -54,8 +79,14 @@ struct Neg {
   static constexpr int arity = 1;
   static constexpr const char* name = "neg";
   static constexpr bool linear = true;
-  template <class T> SHARDEX_HD T f(T a) const { return -a; }
-  template <class T> SHARDEX_HD void df(T, T g, T& ga) const { ga -= g; }
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return -a;
+  }
+  template <class T>
+  SHARDEX_HD void df(T, T g, T& ga) const {
+    ga -= g;
+  }
 };
 /// x * alpha (alpha held as double; exact for float and double alike).
 struct Scale {
@@ -63,8 +94,14 @@ struct Scale {
   static constexpr const char* name = "scale";
   static constexpr bool linear = true;
   double alpha = 1.0;
-  template <class T> SHARDEX_HD T f(T a) const { return static_cast<T>(alpha) * a; }
-  template <class T> SHARDEX_HD void df(T, T g, T& ga) const { ga += static_cast<T>(alpha) * g; }
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return static_cast<T>(alpha) * a;
+  }
+  template <class T>
+  SHARDEX_HD void df(T, T g, T& ga) const {
+    ga += static_cast<T>(alpha) * g;
+  }
 };
 
 // ---- unary, affine ----------------------------------------------------------------
@@ -75,8 +112,14 @@ struct Shift {
   static constexpr const char* name = "shift";
   static constexpr bool linear = false;
   double c = 0.0;
-  template <class T> SHARDEX_HD T f(T a) const { return a + static_cast<T>(c); }
-  template <class T> SHARDEX_HD void df(T, T g, T& ga) const { ga += g; }
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return a + static_cast<T>(c);
+  }
+  template <class T>
+  SHARDEX_HD void df(T, T g, T& ga) const {
+    ga += g;
+  }
 };
 
 // ---- unary, non-linear ------------------------------------------------------------
@@ -85,12 +128,17 @@ struct Gelu {
   static constexpr int arity = 1;
   static constexpr const char* name = "gelu";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD static T inner(T a) {
+  template <class T>
+  SHARDEX_HD static T inner(T a) {
     const T c = static_cast<T>(0.7978845608028654);  // sqrt(2 / pi)
     return c * (a + static_cast<T>(0.044715) * a * a * a);
   }
-  template <class T> SHARDEX_HD T f(T a) const { return static_cast<T>(0.5) * a * (T(1) + math::tanh(inner(a))); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return static_cast<T>(0.5) * a * (T(1) + math::tanh(inner(a)));
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
     const T c = static_cast<T>(0.7978845608028654);
     const T t = math::tanh(inner(a));
     const T dinner = c * (T(1) + static_cast<T>(3 * 0.044715) * a * a);
@@ -101,15 +149,25 @@ struct Relu {
   static constexpr int arity = 1;
   static constexpr const char* name = "relu";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD T f(T a) const { return a > T(0) ? a : T(0); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += a > T(0) ? g : T(0); }
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return a > T(0) ? a : T(0);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
+    ga += a > T(0) ? g : T(0);
+  }
 };
 struct Tanh {
   static constexpr int arity = 1;
   static constexpr const char* name = "tanh";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD T f(T a) const { return math::tanh(a); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return math::tanh(a);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
     const T t = math::tanh(a);
     ga += g * (T(1) - t * t);
   }
@@ -118,24 +176,40 @@ struct Exp {
   static constexpr int arity = 1;
   static constexpr const char* name = "exp";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD T f(T a) const { return math::exp(a); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += g * math::exp(a); }
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return math::exp(a);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
+    ga += g * math::exp(a);
+  }
 };
 
 struct Sqrt {
   static constexpr int arity = 1;
   static constexpr const char* name = "sqrt";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD T f(T a) const { return math::sqrt(a); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += g * static_cast<T>(0.5) / math::sqrt(a); }
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return math::sqrt(a);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
+    ga += g * static_cast<T>(0.5) / math::sqrt(a);
+  }
 };
 /// 1 / sqrt(a) (a layer norm's scale).
 struct Rsqrt {
   static constexpr int arity = 1;
   static constexpr const char* name = "rsqrt";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD T f(T a) const { return T(1) / math::sqrt(a); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return T(1) / math::sqrt(a);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
     const T r = T(1) / math::sqrt(a);
     ga -= g * static_cast<T>(0.5) * r * r * r;
   }
@@ -144,20 +218,31 @@ struct Log {
   static constexpr int arity = 1;
   static constexpr const char* name = "log";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD T f(T a) const { return math::log(a); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const { ga += g / a; }
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return math::log(a);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
+    ga += g / a;
+  }
 };
 /// 1 / (1 + exp(-a)), from exp of a non-positive number only (no overflow).
 struct Sigmoid {
   static constexpr int arity = 1;
   static constexpr const char* name = "sigmoid";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD static T value(T a) {
+  template <class T>
+  SHARDEX_HD static T value(T a) {
     const T e = math::exp(a > T(0) ? -a : a);
     return a > T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
   }
-  template <class T> SHARDEX_HD T f(T a) const { return value(a); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return value(a);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
     const T s = value(a);
     ga += g * s * (T(1) - s);
   }
@@ -167,8 +252,12 @@ struct Silu {
   static constexpr int arity = 1;
   static constexpr const char* name = "silu";
   static constexpr bool linear = false;
-  template <class T> SHARDEX_HD T f(T a) const { return a * Sigmoid::value(a); }
-  template <class T> SHARDEX_HD void df(T a, T g, T& ga) const {
+  template <class T>
+  SHARDEX_HD T f(T a) const {
+    return a * Sigmoid::value(a);
+  }
+  template <class T>
+  SHARDEX_HD void df(T a, T g, T& ga) const {
     const T s = Sigmoid::value(a);
     ga += g * (s + a * s * (T(1) - s));
   }

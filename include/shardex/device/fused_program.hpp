@@ -20,9 +20,9 @@ namespace shardex {
 
 struct FusedInstr {
   ops::OpCode op = ops::leaf_code;  ///< ops::code_of<Op>, or leaf_code
-  int a = 0, b = 0;  ///< operand slots (earlier instructions)
-  int leaf = 0;      ///< leaf index, for leaf_code
-  double alpha = 1;  ///< for ops::Scale
+  int a = 0, b = 0;                 ///< operand slots (earlier instructions)
+  int leaf = 0;                     ///< leaf index, for leaf_code
+  double alpha = 1;                 ///< for ops::Scale
 };
 
 template <class T>
@@ -79,24 +79,30 @@ private:
   // switch's default would).
   template <class Op>
   SHARDEX_HD static Op op_of(const FusedInstr& in) {
-    if constexpr (requires(Op op) { op.alpha; }) return Op{in.alpha};
-    else return Op{};
+    if constexpr (requires(Op op) { op.alpha; })
+      return Op{in.alpha};
+    else
+      return Op{};
   }
   template <int Code = 1, class Op, class... Rest>
   SHARDEX_HD static T forward(ops::op_list<Op, Rest...>, const FusedInstr& in, const T* v) {
     if constexpr (sizeof...(Rest) > 0) {
       if (in.op != Code) return forward<Code + 1>(ops::op_list<Rest...>{}, in, v);
     }
-    if constexpr (Op::arity == 2) return op_of<Op>(in).f(v[in.a], v[in.b]);
-    else return op_of<Op>(in).f(v[in.a]);
+    if constexpr (Op::arity == 2)
+      return op_of<Op>(in).f(v[in.a], v[in.b]);
+    else
+      return op_of<Op>(in).f(v[in.a]);
   }
   template <int Code = 1, class Op, class... Rest>
   SHARDEX_HD static void backward(ops::op_list<Op, Rest...>, const FusedInstr& in, const T* v, T g, T* adj) {
     if constexpr (sizeof...(Rest) > 0) {
       if (in.op != Code) return backward<Code + 1>(ops::op_list<Rest...>{}, in, v, g, adj);
     }
-    if constexpr (Op::arity == 2) op_of<Op>(in).df(v[in.a], v[in.b], g, adj[in.a], adj[in.b]);
-    else op_of<Op>(in).df(v[in.a], g, adj[in.a]);
+    if constexpr (Op::arity == 2)
+      op_of<Op>(in).df(v[in.a], v[in.b], g, adj[in.a], adj[in.b]);
+    else
+      op_of<Op>(in).df(v[in.a], g, adj[in.a]);
   }
 };
 

@@ -34,7 +34,8 @@ public:
   static constexpr const char* node_name = "attention";
   using value_type = typename Q::value_type;
   using device_type = typename Q::device_type;
-  using layout_type = typename rules::attention<typename Q::layout_type, typename K::layout_type, typename V::layout_type>::type;
+  using layout_type =
+      typename rules::attention<typename Q::layout_type, typename K::layout_type, typename V::layout_type>::type;
 
   Attention(Q q, K k, V v) : q_(std::move(q)), k_(std::move(k)), v_(std::move(v)) {}
   [[nodiscard]] Shape shape() const { return q_.shape(); }
@@ -65,9 +66,13 @@ struct AttentionShapes {
   /// X (seq x dh per head) of a (seq, heads, dh) array, as an A or B operand.
   [[nodiscard]] std::int64_t ld() const { return heads * dh; }
   /// scores = Qh Kh^T (or G Vh^T): m = n = seq, k = dh.
-  [[nodiscard]] GemmShape scores() const { return {seq, seq, dh, false, true, ld(), ld(), seq, dh, dh, seq * seq, heads}; }
+  [[nodiscard]] GemmShape scores() const {
+    return {seq, seq, dh, false, true, ld(), ld(), seq, dh, dh, seq * seq, heads};
+  }
   /// Xh = P Yh (P^T Yh when `tp`): m = seq, n = dh, k = seq.
-  [[nodiscard]] GemmShape apply(bool tp) const { return {seq, dh, seq, tp, false, seq, ld(), ld(), seq * seq, dh, dh, heads}; }
+  [[nodiscard]] GemmShape apply(bool tp) const {
+    return {seq, dh, seq, tp, false, seq, ld(), ld(), seq * seq, dh, dh, heads};
+  }
 };
 
 }  // namespace detail
@@ -81,8 +86,8 @@ auto evaluate(const Attention<Q, K, V>& e) {
   const Shape s = q.local_shape();
   if (s.rank() != 3 || !(k.local_shape() == s) || !(v.local_shape() == s))
     throw invalid_argument("shardex::attention(q, k, v) on rank " + std::to_string(q.rank()) +
-                           ": q, k, v must be (seq, heads, dh) of one shape; q is " + q.describe() + ", k " + k.describe() +
-                           ", v " + v.describe());
+                           ": q, k, v must be (seq, heads, dh) of one shape; q is " + q.describe() + ", k " +
+                           k.describe() + ", v " + v.describe());
   const detail::AttentionShapes shapes{s[0], s[1], s[2]};
   const T scale = T(1) / std::sqrt(T(shapes.dh));
   // P = softmax(Q K^T * scale) per head, in one (heads, seq, seq) buffer.
@@ -99,29 +104,30 @@ auto evaluate(const Attention<Q, K, V>& e) {
     autodiff::add_input(inputs, q.node());
     autodiff::add_input(inputs, k.node());
     autodiff::add_input(inputs, v.node());
-    out.record("attention", std::move(inputs), [q, k, v, shapes, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
-      const auto p = probabilities(q.data(), k.data());  // recomputed: cheaper to keep than to store
-      if (v.node()) {  // dV = P^T G
-        auto dv = v.node()->make_full(T(0));
-        Dev::gemm(shapes.apply(true), T(1), p.get(), g.data(), T(0), dv.data());
-        v.node()->accumulate(dv);
-      }
-      if (!q.node() && !k.node()) return;
-      // dS = scale * P * (dP - rowsum(dP * P)) with dP = G V^T, in place.
-      auto ds = Dev::template allocate<T>(shapes.heads * shapes.seq * shapes.seq);
-      Dev::gemm(shapes.scores(), T(1), g.data(), v.data(), T(0), ds.get());
-      Dev::softmax_backward_rows(p.get(), ds.get(), shapes.heads * shapes.seq, shapes.seq, scale);
-      if (q.node()) {  // dQ = dS K
-        auto dq = q.node()->make_full(T(0));
-        Dev::gemm(shapes.apply(false), T(1), ds.get(), k.data(), T(0), dq.data());
-        q.node()->accumulate(dq);
-      }
-      if (k.node()) {  // dK = dS^T Q
-        auto dk = k.node()->make_full(T(0));
-        Dev::gemm(shapes.apply(true), T(1), ds.get(), q.data(), T(0), dk.data());
-        k.node()->accumulate(dk);
-      }
-    });
+    out.record("attention", std::move(inputs),
+               [q, k, v, shapes, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
+                 const auto p = probabilities(q.data(), k.data());  // recomputed: cheaper to keep than to store
+                 if (v.node()) {                                    // dV = P^T G
+                   auto dv = v.node()->make_full(T(0));
+                   Dev::gemm(shapes.apply(true), T(1), p.get(), g.data(), T(0), dv.data());
+                   v.node()->accumulate(dv);
+                 }
+                 if (!q.node() && !k.node()) return;
+                 // dS = scale * P * (dP - rowsum(dP * P)) with dP = G V^T, in place.
+                 auto ds = Dev::template allocate<T>(shapes.heads * shapes.seq * shapes.seq);
+                 Dev::gemm(shapes.scores(), T(1), g.data(), v.data(), T(0), ds.get());
+                 Dev::softmax_backward_rows(p.get(), ds.get(), shapes.heads * shapes.seq, shapes.seq, scale);
+                 if (q.node()) {  // dQ = dS K
+                   auto dq = q.node()->make_full(T(0));
+                   Dev::gemm(shapes.apply(false), T(1), ds.get(), k.data(), T(0), dq.data());
+                   q.node()->accumulate(dq);
+                 }
+                 if (k.node()) {  // dK = dS^T Q
+                   auto dk = k.node()->make_full(T(0));
+                   Dev::gemm(shapes.apply(true), T(1), ds.get(), q.data(), T(0), dk.data());
+                   k.node()->accumulate(dk);
+                 }
+               });
   }
   return out;
 }

@@ -40,19 +40,38 @@ struct BroadcastLast {
 };
 
 namespace detail {
-template <class E> struct is_broadcast : std::false_type {};
-template <class E> struct is_broadcast<BroadcastLast<E>> : std::true_type {};
+template <class E>
+struct is_broadcast : std::false_type {};
+template <class E>
+struct is_broadcast<BroadcastLast<E>> : std::true_type {};
 
-template <class Op, class... Ls> struct elementwise_layout;
-template <class Op, class A> struct elementwise_layout<Op, A> {
+template <class Op, class... Ls>
+struct elementwise_layout;
+template <class Op, class A>
+struct elementwise_layout<Op, A> {
   // Only a non-linear op consults rules::nonlinear (whose static_assert forbids P).
   using type = typename std::conditional_t<Op::linear, std::type_identity<A>, rules::nonlinear<A>>::type;
 };
-template <class A, class B> struct elementwise_layout<ops::Add, A, B> { using type = typename rules::add<A, B>::type; };
-template <class A, class B> struct elementwise_layout<ops::Sub, A, B> { using type = typename rules::add<A, B>::type; };
-template <class A, class B> struct elementwise_layout<ops::Mul, A, B> { using type = typename rules::mul<A, B>::type; };
-template <class A, class B> struct elementwise_layout<ops::Div, A, B> { using type = typename rules::div<A, B>::type; };
-template <class A> struct elementwise_layout<ops::Shift, A> { using type = typename rules::shift<A>::type; };
+template <class A, class B>
+struct elementwise_layout<ops::Add, A, B> {
+  using type = typename rules::add<A, B>::type;
+};
+template <class A, class B>
+struct elementwise_layout<ops::Sub, A, B> {
+  using type = typename rules::add<A, B>::type;
+};
+template <class A, class B>
+struct elementwise_layout<ops::Mul, A, B> {
+  using type = typename rules::mul<A, B>::type;
+};
+template <class A, class B>
+struct elementwise_layout<ops::Div, A, B> {
+  using type = typename rules::div<A, B>::type;
+};
+template <class A>
+struct elementwise_layout<ops::Shift, A> {
+  using type = typename rules::shift<A>::type;
+};
 
 template <class Op, class... Args>
 struct elementwise_layout_of {
@@ -93,8 +112,10 @@ public:
 private:
   template <class A, class... Rest>
   static layout_mapping<layout_type> first_sharded_mapping(const A& a, const Rest&... rest) {
-    if constexpr (is_sharded_v<typename A::layout_type> && !detail::is_broadcast<A>::value) return a.mapping();
-    else return first_sharded_mapping(rest...);
+    if constexpr (is_sharded_v<typename A::layout_type> && !detail::is_broadcast<A>::value)
+      return a.mapping();
+    else
+      return first_sharded_mapping(rest...);
   }
   static layout_mapping<layout_type> first_sharded_mapping() { return {}; }
 
@@ -103,28 +124,94 @@ private:
 };
 
 // ---- building expressions ----------------------------------------------------
-template <TensorExpr A, TensorExpr B> auto operator+(const A& a, const B& b) { return Elementwise<ops::Add, A, B>(ops::Add{}, a, b); }
-template <TensorExpr A, TensorExpr B> auto operator-(const A& a, const B& b) { return Elementwise<ops::Sub, A, B>(ops::Sub{}, a, b); }
-template <TensorExpr A, TensorExpr B> auto operator*(const A& a, const B& b) { return Elementwise<ops::Mul, A, B>(ops::Mul{}, a, b); }
-template <TensorExpr A> auto operator-(const A& a) { return Elementwise<ops::Neg, A>(ops::Neg{}, a); }
-template <TensorExpr A> auto operator*(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
-template <TensorExpr A> auto operator*(double c, const A& a) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
-template <TensorExpr A> auto operator/(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{1.0 / c}, a); }
-template <TensorExpr A> auto scale(const A& a, double c) { return Elementwise<ops::Scale, A>(ops::Scale{c}, a); }
-template <TensorExpr A> auto operator+(const A& a, double c) { return Elementwise<ops::Shift, A>(ops::Shift{c}, a); }
-template <TensorExpr A> auto operator+(double c, const A& a) { return a + c; }
-template <TensorExpr A> auto operator-(const A& a, double c) { return a + (-c); }
-template <TensorExpr A> auto operator-(double c, const A& a) { return -a + c; }
-template <TensorExpr A> auto gelu(const A& a) { return Elementwise<ops::Gelu, A>(ops::Gelu{}, a); }
-template <TensorExpr A> auto relu(const A& a) { return Elementwise<ops::Relu, A>(ops::Relu{}, a); }
-template <TensorExpr A> auto tanh(const A& a) { return Elementwise<ops::Tanh, A>(ops::Tanh{}, a); }
-template <TensorExpr A> auto exp(const A& a) { return Elementwise<ops::Exp, A>(ops::Exp{}, a); }
-template <TensorExpr A, TensorExpr B> auto operator/(const A& a, const B& b) { return Elementwise<ops::Div, A, B>(ops::Div{}, a, b); }
-template <TensorExpr A> auto sqrt(const A& a) { return Elementwise<ops::Sqrt, A>(ops::Sqrt{}, a); }
-template <TensorExpr A> auto rsqrt(const A& a) { return Elementwise<ops::Rsqrt, A>(ops::Rsqrt{}, a); }
-template <TensorExpr A> auto log(const A& a) { return Elementwise<ops::Log, A>(ops::Log{}, a); }
-template <TensorExpr A> auto sigmoid(const A& a) { return Elementwise<ops::Sigmoid, A>(ops::Sigmoid{}, a); }
-template <TensorExpr A> auto silu(const A& a) { return Elementwise<ops::Silu, A>(ops::Silu{}, a); }
+template <TensorExpr A, TensorExpr B>
+auto operator+(const A& a, const B& b) {
+  return Elementwise<ops::Add, A, B>(ops::Add{}, a, b);
+}
+template <TensorExpr A, TensorExpr B>
+auto operator-(const A& a, const B& b) {
+  return Elementwise<ops::Sub, A, B>(ops::Sub{}, a, b);
+}
+template <TensorExpr A, TensorExpr B>
+auto operator*(const A& a, const B& b) {
+  return Elementwise<ops::Mul, A, B>(ops::Mul{}, a, b);
+}
+template <TensorExpr A>
+auto operator-(const A& a) {
+  return Elementwise<ops::Neg, A>(ops::Neg{}, a);
+}
+template <TensorExpr A>
+auto operator*(const A& a, double c) {
+  return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
+}
+template <TensorExpr A>
+auto operator*(double c, const A& a) {
+  return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
+}
+template <TensorExpr A>
+auto operator/(const A& a, double c) {
+  return Elementwise<ops::Scale, A>(ops::Scale{1.0 / c}, a);
+}
+template <TensorExpr A>
+auto scale(const A& a, double c) {
+  return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
+}
+template <TensorExpr A>
+auto operator+(const A& a, double c) {
+  return Elementwise<ops::Shift, A>(ops::Shift{c}, a);
+}
+template <TensorExpr A>
+auto operator+(double c, const A& a) {
+  return a + c;
+}
+template <TensorExpr A>
+auto operator-(const A& a, double c) {
+  return a + (-c);
+}
+template <TensorExpr A>
+auto operator-(double c, const A& a) {
+  return -a + c;
+}
+template <TensorExpr A>
+auto gelu(const A& a) {
+  return Elementwise<ops::Gelu, A>(ops::Gelu{}, a);
+}
+template <TensorExpr A>
+auto relu(const A& a) {
+  return Elementwise<ops::Relu, A>(ops::Relu{}, a);
+}
+template <TensorExpr A>
+auto tanh(const A& a) {
+  return Elementwise<ops::Tanh, A>(ops::Tanh{}, a);
+}
+template <TensorExpr A>
+auto exp(const A& a) {
+  return Elementwise<ops::Exp, A>(ops::Exp{}, a);
+}
+template <TensorExpr A, TensorExpr B>
+auto operator/(const A& a, const B& b) {
+  return Elementwise<ops::Div, A, B>(ops::Div{}, a, b);
+}
+template <TensorExpr A>
+auto sqrt(const A& a) {
+  return Elementwise<ops::Sqrt, A>(ops::Sqrt{}, a);
+}
+template <TensorExpr A>
+auto rsqrt(const A& a) {
+  return Elementwise<ops::Rsqrt, A>(ops::Rsqrt{}, a);
+}
+template <TensorExpr A>
+auto log(const A& a) {
+  return Elementwise<ops::Log, A>(ops::Log{}, a);
+}
+template <TensorExpr A>
+auto sigmoid(const A& a) {
+  return Elementwise<ops::Sigmoid, A>(ops::Sigmoid{}, a);
+}
+template <TensorExpr A>
+auto silu(const A& a) {
+  return Elementwise<ops::Silu, A>(ops::Silu{}, a);
+}
 /// x + b with the 1-d `b` broadcast along x's last dim (see rules::bias).
 template <TensorExpr X, TensorExpr B>
 auto add_bias(const X& x, const B& b) {
@@ -151,8 +238,10 @@ struct FusedLeaf {
   /// (the device pass) accumulates into zeros: `prepare(false)`.
   void backprop(std::int64_t i, std::int64_t j, T g) {
     if (!grad_data) return;
-    if (mod) grad_data[j] += g;
-    else grad_data[i] = g;
+    if (mod)
+      grad_data[j] += g;
+    else
+      grad_data[i] = g;
   }
   void prepare(bool store_once) {
     if (t.node()) {
@@ -178,9 +267,7 @@ struct FusedLeaf {
     return p.n_instrs++;
   }
   static constexpr int leaves = 1, instrs = 1;
-  void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
-    autodiff::add_input(nodes, t.node());
-  }
+  void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const { autodiff::add_input(nodes, t.node()); }
   /// `out` is the result of the pass. The global shapes and lengths are checked
   /// first: they are the same on every rank, so every rank throws the same
   /// error (local shapes alone can match on some ranks and not on others).
@@ -204,9 +291,9 @@ struct FusedLeaf {
         throw invalid_argument(head + "the bias " + t.describe() + " must be 1-d of extent " + std::to_string(extent) +
                                ", the last dim of x (global " + global.str() + ")");
       if (split && !(is_sharded_v<L> && std::ranges::equal(lens, out_lens)))
-        throw invalid_argument(head + "x (global " + global.str() + ") is sharded along its last dim with lengths " +
-                               to_string(out_lens) + ", so the bias must be Sharded<0> with the same lengths, but it is " +
-                               t.describe() + with_lens);
+        throw invalid_argument(
+            head + "x (global " + global.str() + ") is sharded along its last dim with lengths " + to_string(out_lens) +
+            ", so the bias must be Sharded<0> with the same lengths, but it is " + t.describe() + with_lens);
       if (!split && is_sharded_v<L>)
         throw invalid_argument(head + "x (global " + global.str() +
                                ") is not sharded along its last dim, so the bias must be whole, but it is " +
@@ -214,8 +301,8 @@ struct FusedLeaf {
     } else if (t.shape() != global || !std::ranges::equal(lens, out_lens)) {
       throw invalid_argument(head + "the operands must have the same global shape" +
                              (is_sharded_v<L> ? " and lengths" : "") + ": global " + global.str() +
-                             (out_lens.empty() ? "" : " with lengths " + to_string(out_lens)) + " against " + t.describe() +
-                             with_lens);
+                             (out_lens.empty() ? "" : " with lengths " + to_string(out_lens)) + " against " +
+                             t.describe() + with_lens);
     }
     const Shape& local = out.local_shape();
     const std::int64_t want = mod ? (local.rank() ? local[local.rank() - 1] : 1) : local.numel();
@@ -260,8 +347,12 @@ struct FusedNode {
     return p.n_instrs++;
   }
   static constexpr int leaves = (B::leaves + ...), instrs = 1 + (B::instrs + ...);
-  void prepare(bool store_once) { std::apply([&](auto&... a) { (a.prepare(store_once), ...); }, args); }
-  void flush() { std::apply([](auto&... a) { (a.flush(), ...); }, args); }
+  void prepare(bool store_once) {
+    std::apply([&](auto&... a) { (a.prepare(store_once), ...); }, args);
+  }
+  void flush() {
+    std::apply([](auto&... a) { (a.flush(), ...); }, args);
+  }
   void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const {
     std::apply([&](const auto&... a) { (a.collect(nodes), ...); }, args);
   }
@@ -277,7 +368,10 @@ auto bind(const E& e) {
     auto t = eval(e.arg);
     const std::int64_t m = std::max<std::int64_t>(t.size(), 1);
     return FusedLeaf<typename E::value_type, typename E::layout_type, typename E::device_type>{t, m, {}};
-  } else if constexpr (requires { e.op(); e.args(); }) {
+  } else if constexpr (requires {
+                         e.op();
+                         e.args();
+                       }) {
     return std::apply(
         [&](const auto&... a) {
           return FusedNode<typename E::value_type, std::remove_cvref_t<decltype(e.op())>, decltype(bind(a))...>{
@@ -300,11 +394,14 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   using Tree = decltype(tree);
   // A device pass interprets the tree as a FusedProgram, which has room for
   // so many instructions: a longer tree is a compile error, not a surprise.
-  static_assert(Dev::fused_on_host || (Tree::instrs <= FusedProgram<T>::max_instrs && Tree::leaves <= FusedProgram<T>::max_leaves), SHARDEX_ERR_FUSED_TOO_LONG);
+  static_assert(Dev::fused_on_host ||
+                    (Tree::instrs <= FusedProgram<T>::max_instrs && Tree::leaves <= FusedProgram<T>::max_leaves),
+                SHARDEX_ERR_FUSED_TOO_LONG);
   auto out = Tensor<T, L, Dev>::empty(e.comm(), e.shape(), e.mapping());  // the pass writes every element
   // add_bias(x, b) is an Add whose last operand is broadcast: name it as the user wrote it.
   constexpr const char* name =
-      detail::is_broadcast<std::tuple_element_t<sizeof...(Args) - 1, std::tuple<Args...>>>::value ? "add_bias" : Op::name;
+      detail::is_broadcast<std::tuple_element_t<sizeof...(Args) - 1, std::tuple<Args...>>>::value ? "add_bias"
+                                                                                                  : Op::name;
   tree.check(out, name, " on rank " + std::to_string(out.rank()));
   // Rows of the last local dim: a broadcast operand is read at the column j.
   const Shape& local = out.local_shape();

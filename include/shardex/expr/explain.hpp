@@ -47,8 +47,7 @@ template <class E>
 void chain_written(const E& e, std::vector<std::string>& out) {
   if constexpr (is_redistribute<E>::value) {
     chain_written(e.arg(), out);
-    out.push_back(std::string(e.name()) + " " + layout_name(e.arg().mapping()) + " -> " +
-                  layout_name(e.mapping()));
+    out.push_back(std::string(e.name()) + " " + layout_name(e.arg().mapping()) + " -> " + layout_name(e.mapping()));
   }
 }
 
@@ -59,13 +58,18 @@ void explain_into(Plan& p, const E& e);
 /// explained first; the op names of the tree are collected, innermost first.
 template <class E>
 void explain_fused(Plan& p, const E& e, std::string& names, std::vector<std::string>& operands) {
-  if constexpr (requires { e.op(); e.args(); }) {
+  if constexpr (requires {
+                  e.op();
+                  e.args();
+                }) {
     std::apply([&](const auto&... a) { (explain_fused(p, a, names, operands), ...); }, e.args());
     names += (names.empty() ? "" : ", ") + std::string(std::remove_cvref_t<decltype(e.op())>::name);
   } else {
     explain_into(p, e);
-    if constexpr (is_broadcast<E>::value) operands.push_back(layout_name(e.arg.mapping()) + " bias");
-    else operands.push_back(layout_name(e.mapping()));
+    if constexpr (is_broadcast<E>::value)
+      operands.push_back(layout_name(e.arg.mapping()) + " bias");
+    else
+      operands.push_back(layout_name(e.mapping()));
   }
 }
 
@@ -130,9 +134,11 @@ void explain_chain(Plan& p, const E& r) {
   // found a step to run): nothing to say. A chain that runs nothing always
   // gets a line.
   const std::size_t ran_steps = p.steps.size() - first;
-  const bool as_written = wrote.size() == 1 && ran_steps > 0 &&
-                          (r.name() == std::string_view("redistribute") || (ran_steps == 1 && p.steps.back().op == r.name()));
-  if (!as_written && asked != ran) p.simplifications.push_back(asked + " => " + (ran.empty() ? std::string("nothing (identity)") : ran));
+  const bool as_written =
+      wrote.size() == 1 && ran_steps > 0 &&
+      (r.name() == std::string_view("redistribute") || (ran_steps == 1 && p.steps.back().op == r.name()));
+  if (!as_written && asked != ran)
+    p.simplifications.push_back(asked + " => " + (ran.empty() ? std::string("nothing (identity)") : ran));
 }
 
 template <class E>
@@ -142,7 +148,10 @@ void explain_into(Plan& p, const E& e) {
     explain_chain(p, e);
   } else if constexpr (is_broadcast<E>::value) {
     explain_into(p, e.arg);
-  } else if constexpr (requires { e.op(); e.args(); }) {
+  } else if constexpr (requires {
+                         e.op();
+                         e.args();
+                       }) {
     // One step for the whole fused tree, its ops innermost first and its
     // operands in order: "fused mul, add (R, R) -> R".
     std::string names;
@@ -152,12 +161,20 @@ void explain_into(Plan& p, const E& e) {
     for (const auto& o : operands) from += (from.empty() ? "" : ", ") + o;
     if (operands.size() > 1) from = "(" + from + ")";
     p.steps.push_back(PlanStep::local("fused " + names, from, layout_name(e.mapping())));
-  } else if constexpr (requires { e.q(); e.k(); e.v(); }) {
+  } else if constexpr (requires {
+                         e.q();
+                         e.k();
+                         e.v();
+                       }) {
     explain_into(p, e.q());
     explain_into(p, e.k());
     explain_into(p, e.v());
-    p.steps.push_back(PlanStep::local(E::node_name, layout_name<typename E::layout_type>(), layout_name<typename E::layout_type>()));
-  } else if constexpr (requires { e.lhs(); e.rhs(); }) {
+    p.steps.push_back(
+        PlanStep::local(E::node_name, layout_name<typename E::layout_type>(), layout_name<typename E::layout_type>()));
+  } else if constexpr (requires {
+                         e.lhs();
+                         e.rhs();
+                       }) {
     explain_into(p, e.lhs());
     explain_into(p, e.rhs());
     p.steps.push_back(PlanStep::local("matmul", layout_name(e.lhs().mapping()) + " x " + layout_name(e.rhs().mapping()),

@@ -23,8 +23,10 @@
 namespace shardex {
 
 namespace detail {
-template <class E> struct is_tensor : std::false_type {};
-template <class T, class L, class D> struct is_tensor<Tensor<T, L, D>> : std::true_type {};
+template <class E>
+struct is_tensor : std::false_type {};
+template <class T, class L, class D>
+struct is_tensor<Tensor<T, L, D>> : std::true_type {};
 }  // namespace detail
 
 template <class E>
@@ -55,8 +57,8 @@ eval_t<E> eval(const E& e) {
   if constexpr (is_tensor_v<E>) {
     e.require_valid("shardex: a tensor used in an expression");
     return e;
-  }
-  else return evaluate(e);  // found by ADL next to each node type
+  } else
+    return evaluate(e);  // found by ADL next to each node type
 }
 
 /// backward(loss) of a lazy loss: evaluates it, then runs the backward pass.

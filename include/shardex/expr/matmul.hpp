@@ -31,9 +31,12 @@ public:
   }
   [[nodiscard]] decltype(auto) comm() const { return a_.comm(); }
   [[nodiscard]] layout_mapping<layout_type> mapping() const {
-    if constexpr (rules::matmul<typename A::layout_type, typename B::layout_type>::column_parallel) return b_.mapping();
-    else if constexpr (rules::matmul<typename A::layout_type, typename B::layout_type>::row_sharded) return a_.mapping();
-    else return {};
+    if constexpr (rules::matmul<typename A::layout_type, typename B::layout_type>::column_parallel)
+      return b_.mapping();
+    else if constexpr (rules::matmul<typename A::layout_type, typename B::layout_type>::row_sharded)
+      return a_.mapping();
+    else
+      return {};
   }
   [[nodiscard]] const A& lhs() const noexcept { return a_; }
   [[nodiscard]] const B& rhs() const noexcept { return b_; }
@@ -89,12 +92,14 @@ auto evaluate(const MatMul<A, B>& e) {
     autodiff::add_input(inputs, b.node());
     out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
       if (a.node()) {  // da = g b^T, layout dual(A)
-        auto da = Tensor<T, dual_t<typename decltype(a)::layout_type>, Dev>::empty(a.comm(), a.shape(), dual_mapping<typename decltype(a)::layout_type>(a.mapping()));
+        auto da = Tensor<T, dual_t<typename decltype(a)::layout_type>, Dev>::empty(
+            a.comm(), a.shape(), dual_mapping<typename decltype(a)::layout_type>(a.mapping()));
         Dev::gemm(GemmShape::plain(m, n, k, false, true), T(1), g.data(), b.data(), T(0), da.data());
         a.node()->accumulate(da);
       }
       if (b.node()) {  // db = a^T g, layout dual(B)
-        auto db = Tensor<T, dual_t<typename decltype(b)::layout_type>, Dev>::empty(b.comm(), b.shape(), dual_mapping<typename decltype(b)::layout_type>(b.mapping()));
+        auto db = Tensor<T, dual_t<typename decltype(b)::layout_type>, Dev>::empty(
+            b.comm(), b.shape(), dual_mapping<typename decltype(b)::layout_type>(b.mapping()));
         Dev::gemm(GemmShape::plain(k, m, n, true, false), T(1), a.data(), g.data(), T(0), db.data());
         b.node()->accumulate(db);
       }

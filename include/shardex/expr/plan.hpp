@@ -51,8 +51,10 @@ struct Plan {
     std::ostringstream os;
     for (const auto& s : steps) {
       os << s.op << " " << s.from << " -> " << s.to;
-      if (s.communicates) os << "  [" << s.strategy << ", " << s.bytes << " B]";
-      else os << "  [local]";
+      if (s.communicates)
+        os << "  [" << s.strategy << ", " << s.bytes << " B]";
+      else
+        os << "  [local]";
       os << "\n";
     }
     for (const auto& s : simplifications) os << "simplified: " << s << "\n";

@@ -61,15 +61,19 @@ private:
 
 namespace detail {
 
-template <class E> struct is_redistribute : std::false_type {};
-template <class E, class To> struct is_redistribute<Redistribute<E, To>> : std::true_type {};
+template <class E>
+struct is_redistribute : std::false_type {};
+template <class E, class To>
+struct is_redistribute<Redistribute<E, To>> : std::true_type {};
 
 /// The first operand below a chain of transitions.
 template <class E>
 const auto& chain_source(const E& e) {
   if constexpr (is_redistribute<E>::value) {
-    if constexpr (is_redistribute<std::remove_cvref_t<decltype(e.arg())>>::value) return chain_source(e.arg());
-    else return e.arg();
+    if constexpr (is_redistribute<std::remove_cvref_t<decltype(e.arg())>>::value)
+      return chain_source(e.arg());
+    else
+      return e.arg();
   } else {
     return e;
   }
@@ -86,7 +90,8 @@ std::string check_inner(const E& e, const Shape& global, int size, int rank, boo
     if constexpr (is_sharded_v<typename E::layout_type>) {
       if (err.empty() && !outermost) {
         try {
-          check_mapping<typename E::layout_type>(e.mapping(), global, size, rank, (std::string("shardex::") + e.name()).c_str());
+          check_mapping<typename E::layout_type>(e.mapping(), global, size, rank,
+                                                 (std::string("shardex::") + e.name()).c_str());
         } catch (const invalid_argument& x) {
           err = x.what();
         }
@@ -99,7 +104,8 @@ std::string check_inner(const E& e, const Shape& global, int size, int rank, boo
 }
 
 /// The number of transitions in a chain.
-template <class E> struct chain_length : std::integral_constant<int, 0> {};
+template <class E>
+struct chain_length : std::integral_constant<int, 0> {};
 template <class E, class To>
 struct chain_length<Redistribute<E, To>> : std::integral_constant<int, 1 + chain_length<E>::value> {};
 
@@ -111,14 +117,17 @@ struct route {
   // which compares the lengths, agreed on by every rank, and moves nothing if
   // they are equal.)
   static constexpr bool vanishes = std::same_as<From, To> && (!is_sharded_v<From> || [] {
-    if constexpr (is_sharded_v<From>) return From::has_static_lengths;
-    else return false;
-  }());
+                                     if constexpr (is_sharded_v<From>)
+                                       return From::has_static_lengths;
+                                     else
+                                       return false;
+                                   }());
   static constexpr bool direct = has_transition_v<From, To>;
   template <class M>
-  static constexpr bool through = has_transition_v<From, M> && has_transition_v<M, To>;
-  using via = std::conditional_t<through<Replicated>, Replicated,
-                                 std::conditional_t<through<Partial>, Partial, std::conditional_t<through<Invariant>, Invariant, void>>>;
+  static constexpr bool through = has_transition_v<From, M>&& has_transition_v<M, To>;
+  using via = std::conditional_t<
+      through<Replicated>, Replicated,
+      std::conditional_t<through<Partial>, Partial, std::conditional_t<through<Invariant>, Invariant, void>>>;
   static constexpr bool exists = vanishes || direct || !std::is_void_v<via>;
 };
 
@@ -129,7 +138,8 @@ namespace detail {
 template <class X, class S>
 constexpr void check_strategy(S) {
   if constexpr (is_strategy_constant<S>::value)
-    static_assert(S::value != Strategy::v_collective || X::device_type::communicator::has_v_collectives, SHARDEX_ERR_STRATEGY_NEEDS_V_COLLECTIVES);
+    static_assert(S::value != Strategy::v_collective || X::device_type::communicator::has_v_collectives,
+                  SHARDEX_ERR_STRATEGY_NEEDS_V_COLLECTIVES);
 }
 }  // namespace detail
 
@@ -207,7 +217,6 @@ auto evaluate(const Redistribute<E, To>& r) {
 // ---- the user's spellings ------------------------------------------------------
 template <class X>
 using layout_of = typename X::layout_type;
-
 
 /// Sharded -> Replicated (default) or Invariant: every rank gets the whole tensor.
 template <LayoutTag To = Replicated, TensorExpr X, StrategyLike S = Strategy>

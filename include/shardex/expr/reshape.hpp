@@ -51,10 +51,10 @@ auto evaluate(const Reshape<E>& e) {
     for (int d = 0; ok && d <= L::dim; ++d) ok = from[d] == to[d];
   }
   if (!ok)
-    throw invalid_argument("shardex::reshape(x, " + to.str() + ") on rank " + std::to_string(x.rank()) + ": x is " +
-                           x.describe() +
-                           (is_sharded_v<L> ? "; a sharded tensor keeps its dims up to the sharded one and its element count"
-                                            : "; the element count must stay the same"));
+    throw invalid_argument(
+        "shardex::reshape(x, " + to.str() + ") on rank " + std::to_string(x.rank()) + ": x is " + x.describe() +
+        (is_sharded_v<L> ? "; a sharded tensor keeps its dims up to the sharded one and its element count"
+                         : "; the element count must stay the same"));
   auto out = Tensor<T, L, Dev>::zeroed(x.comm(), to, x.mapping());
   copy_elements<Dev>(x.data(), out.data(), x.size());
   if (x.node())

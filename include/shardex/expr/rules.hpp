@@ -33,16 +33,19 @@
 
 namespace shardex::rules {
 
-template <class...> inline constexpr bool always_false = false;
+template <class...>
+inline constexpr bool always_false = false;
 
 template <class A, class B>
 inline constexpr bool mixes_invariant = (std::same_as<A, Invariant>) != (std::same_as<B, Invariant>);
 
 template <class A, class B>
 inline constexpr bool same_placement = std::same_as<A, B> || (is_sharded_v<A> && is_sharded_v<B> && [] {
-  if constexpr (is_sharded_v<A> && is_sharded_v<B>) return A::dim == B::dim;
-  else return false;
-}());
+                                         if constexpr (is_sharded_v<A> && is_sharded_v<B>)
+                                           return A::dim == B::dim;
+                                         else
+                                           return false;
+                                       }());
 
 // ---- a + b, a - b ------------------------------------------------------------
 template <LayoutTag A, LayoutTag B>
@@ -60,7 +63,8 @@ struct mul {
   static_assert(!(std::same_as<A, Partial> && std::same_as<B, Partial>), SHARDEX_ERR_MUL_PARTIAL_PARTIAL);
   static_assert(!mixes_invariant<A, B>, SHARDEX_ERR_INVARIANT_MEETS_PER_RANK);
   static_assert(mixes_invariant<A, B> || partial_times_whole || same_placement<A, B> ||
-                    (std::same_as<A, Partial> && std::same_as<B, Partial>), SHARDEX_ERR_MUL_LAYOUTS);
+                    (std::same_as<A, Partial> && std::same_as<B, Partial>),
+                SHARDEX_ERR_MUL_LAYOUTS);
   using type = std::conditional_t<partial_times_whole, Partial, A>;
 };
 
@@ -96,18 +100,25 @@ struct bias {
                              (std::same_as<X, Invariant> && std::same_as<B, Invariant>) ||
                              (is_sharded_v<X> && (std::same_as<B, Replicated> || is_sharded_v<B>));
   static_assert(ok || std::same_as<X, Partial> || mixes_invariant<X, B>, SHARDEX_ERR_BIAS_NO_RULE);
-  static_assert(!is_sharded_v<B> || [] {
-    if constexpr (is_sharded_v<B>) return B::dim == 0;
-    else return true;
-  }(), SHARDEX_ERR_BIAS_SHARDED_NOT_DIM0);
+  static_assert(
+      !is_sharded_v<B> ||
+          [] {
+            if constexpr (is_sharded_v<B>)
+              return B::dim == 0;
+            else
+              return true;
+          }(),
+      SHARDEX_ERR_BIAS_SHARDED_NOT_DIM0);
   using type = X;
 };
 
 // ---- matmul(a, b), 2-d ------------------------------------------------------------
 template <class L, int D>
 inline constexpr bool sharded_on = [] {
-  if constexpr (is_sharded_v<L>) return L::dim == D;
-  else return false;
+  if constexpr (is_sharded_v<L>)
+    return L::dim == D;
+  else
+    return false;
 }();
 
 template <LayoutTag A, LayoutTag B>
@@ -126,7 +137,8 @@ struct matmul {
   static_assert(ok || !(sharded_on<A, 1> && !sharded_on<B, 0>), SHARDEX_ERR_MATMUL_A_CONTRACTION_SHARDED);
   static_assert(ok || !(sharded_on<B, 0> && !sharded_on<A, 1>), SHARDEX_ERR_MATMUL_B_CONTRACTION_SHARDED);
   static_assert(ok || mixes_invariant<A, B> || (std::same_as<A, Partial> && std::same_as<B, Partial>) ||
-                    (sharded_on<A, 1> != sharded_on<B, 0>), SHARDEX_ERR_MATMUL_NO_RULE);
+                    (sharded_on<A, 1> != sharded_on<B, 0>),
+                SHARDEX_ERR_MATMUL_NO_RULE);
 
   using type = std::conditional_t<
       whole_whole, A,

@@ -25,8 +25,8 @@ public:
   static constexpr const char* node_name = K < 0 ? "sum" : "sum_dim";
   using value_type = typename E::value_type;
   using device_type = typename E::device_type;
-  using layout_type = std::conditional_t<K < 0, typename rules::sum_all<typename E::layout_type>::type,
-                                         typename rules::sum_dim<typename E::layout_type, (K < 0 ? 0 : K)>::type>;
+  using layout_type = std::conditional_t < K<0, typename rules::sum_all<typename E::layout_type>::type,
+                                             typename rules::sum_dim<typename E::layout_type, (K < 0 ? 0 : K)>::type>;
 
   explicit Sum(E arg) : arg_(std::move(arg)) {}
 
@@ -43,8 +43,10 @@ public:
   }
   [[nodiscard]] decltype(auto) comm() const { return arg_.comm(); }
   [[nodiscard]] layout_mapping<layout_type> mapping() const {
-    if constexpr (is_sharded_v<layout_type>) return carry_lengths<layout_type, typename E::layout_type>(arg_.mapping());
-    else return {};
+    if constexpr (is_sharded_v<layout_type>)
+      return carry_lengths<layout_type, typename E::layout_type>(arg_.mapping());
+    else
+      return {};
   }
   [[nodiscard]] const E& arg() const noexcept { return arg_; }
 

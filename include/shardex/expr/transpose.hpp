@@ -25,8 +25,10 @@ public:
   }
   [[nodiscard]] decltype(auto) comm() const { return arg_.comm(); }
   [[nodiscard]] layout_mapping<layout_type> mapping() const {
-    if constexpr (is_sharded_v<layout_type>) return carry_lengths<layout_type, typename E::layout_type>(arg_.mapping());
-    else return {};
+    if constexpr (is_sharded_v<layout_type>)
+      return carry_lengths<layout_type, typename E::layout_type>(arg_.mapping());
+    else
+      return {};
   }
   [[nodiscard]] const E& arg() const noexcept { return arg_; }
 

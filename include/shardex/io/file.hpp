@@ -41,7 +41,8 @@ struct FileBox {
 /// never leave a rank waiting): throws `invalid_argument` on every rank if
 /// any rank's `local_error` is non-empty (that rank's text) or if the ranks'
 /// `signature`s differ (each rank's `call` text, naming the ranks by call).
-void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature, const std::string& call);
+void agree_always(const mpi::Communicator& comm, const std::string& local_error, std::int64_t signature,
+                  const std::string& call);
 
 /// Collective over `comm`: writes `path` whole, atomically. The file is
 /// written under a temporary name next to `path` (rank 0 writes `prefix` at
@@ -50,8 +51,8 @@ void agree_always(const mpi::Communicator& comm, const std::string& local_error,
 /// `total_bytes`, closed, and only then renamed to `path` by rank 0. On any
 /// failure the temporary file is removed and `path`, if it existed, is left
 /// as it was.
-void write_boxes(const mpi::Communicator& comm, const std::string& path, std::string_view prefix, std::int64_t total_bytes,
-                 std::span<const FileBox> boxes, std::span<const void* const> data);
+void write_boxes(const mpi::Communicator& comm, const std::string& path, std::string_view prefix,
+                 std::int64_t total_bytes, std::span<const FileBox> boxes, std::span<const void* const> data);
 
 /// Collective: the first `n` bytes of `path` (fewer if the file is shorter)
 /// and the file's size, read by rank 0 and broadcast, so that every rank
@@ -64,6 +65,7 @@ FileHead read_head(const mpi::Communicator& comm, const std::string& path, std::
 
 /// Collective: every rank reads its box `boxes[k]` into `data[k]` (a
 /// contiguous buffer), one collective call per k.
-void read_boxes(const mpi::Communicator& comm, const std::string& path, std::span<const FileBox> boxes, std::span<void* const> data);
+void read_boxes(const mpi::Communicator& comm, const std::string& path, std::span<const FileBox> boxes,
+                std::span<void* const> data);
 
 }  // namespace shardex::io

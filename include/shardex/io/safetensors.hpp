@@ -132,25 +132,30 @@ private:
   /// array (written by this rank if `writes`), kept on the host, converted
   /// to the stored dtype if that is not T's.
   template <Scalar T, LayoutTag L, class Dev>
-  void push(std::string name, io::FileBox box, bool writes, const Tensor<T, L, Dev>& local, mpi::Communicator comm, StoredAs as) {
+  void push(std::string name, io::FileBox box, bool writes, const Tensor<T, L, Dev>& local, mpi::Communicator comm,
+            StoredAs as) {
     Item item;
     item.entry.name = std::move(name);
     item.entry.dtype = io::stored_dtype(as, safetensors_dtype<T>());
     item.entry.shape = box.extents;
     box.elem_bytes = io::dtype_bytes(item.entry.dtype);
     if (!writes) box.count.assign(box.count.size(), 0);
-    if (box.extents.empty()) box.extents = {1}, box.start = {0}, box.count = {writes ? 1 : 0};  // a 0-d tensor: one element
+    if (box.extents.empty())
+      box.extents = {1}, box.start = {0}, box.count = {writes ? 1 : 0};  // a 0-d tensor: one element
     item.box = std::move(box);
     // The tensor itself on the host (a handle, no copy); a host copy of a device tensor.
     const Tensor<T, L, Host> host = [&] {
-      if constexpr (std::same_as<Dev, Host>) return local.detach();
-      else return to<Host>(local.detach());
+      if constexpr (std::same_as<Dev, Host>)
+        return local.detach();
+      else
+        return to<Host>(local.detach());
     }();
     if (item.entry.dtype == safetensors_dtype<T>() || !writes) {
       item.data = host.data();
       item.keep = std::shared_ptr<const void>(std::make_shared<Tensor<T, L, Host>>(host), host.data());
     } else {
-      auto stored = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(host.size() * box.elem_bytes));
+      auto stored =
+          std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(host.size() * box.elem_bytes));
       io::encode(host.data(), item.entry.dtype, stored->data(), host.size());
       item.data = stored->data();
       item.keep = std::shared_ptr<const void>(stored, stored->data());
@@ -190,24 +195,31 @@ private:
 inline void save(const std::string& path, TensorList list) {
   if (list.items_.empty()) throw invalid_argument("shardex::save(\"" + path + "\"): no tensors to save");
   const mpi::Communicator comm = list.items_.front().comm;
-  std::sort(list.items_.begin(), list.items_.end(), [](const auto& a, const auto& b) { return a.entry.name < b.entry.name; });
+  std::sort(list.items_.begin(), list.items_.end(),
+            [](const auto& a, const auto& b) { return a.entry.name < b.entry.name; });
   std::string err;
   detail::Signature sig;
   sig.add("shardex::save").add(path);
   for (std::size_t k = 0; k < list.items_.size(); ++k) {
     const auto& it = list.items_[k];
     if (err.empty() && (it.comm.size() != comm.size() || it.comm.rank() != comm.rank()))
-      err = "tensor \"" + it.entry.name + "\" lives on another communicator than \"" + list.items_.front().entry.name + "\"";
-    if (err.empty() && k > 0 && it.entry.name == list.items_[k - 1].entry.name) err = "the name \"" + it.entry.name + "\" is given twice";
-    if (err.empty() && (it.entry.name.empty() || it.entry.name == "__metadata__")) err = "\"" + it.entry.name + "\" is not a tensor name";
+      err = "tensor \"" + it.entry.name + "\" lives on another communicator than \"" + list.items_.front().entry.name +
+            "\"";
+    if (err.empty() && k > 0 && it.entry.name == list.items_[k - 1].entry.name)
+      err = "the name \"" + it.entry.name + "\" is given twice";
+    if (err.empty() && (it.entry.name.empty() || it.entry.name == "__metadata__"))
+      err = "\"" + it.entry.name + "\" is not a tensor name";
     sig.add(it.entry.name).add(it.entry.dtype);
     for (auto e : it.entry.shape) sig.add(e);
   }
   for (const auto& [k, v] : list.metadata_) sig.add(k).add(v);
   // Every rank must be saving the same tensors: a different list would interleave two files.
   if (err.empty() && !list.error_.empty()) err = list.error_;
-  io::agree_always(comm, err.empty() ? err : "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + ": " + err, sig.value(),
-                   "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + " (" + std::to_string(list.items_.size()) + " tensors)");
+  io::agree_always(
+      comm, err.empty() ? err : "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + ": " + err,
+      sig.value(),
+      "shardex::save(\"" + path + "\") on rank " + std::to_string(comm.rank()) + " (" +
+          std::to_string(list.items_.size()) + " tensors)");
   std::vector<io::TensorEntry> entries;
   for (const auto& it : list.items_) entries.push_back(it.entry);
   const std::string header = io::make_header(entries, list.metadata_);
@@ -247,11 +259,12 @@ namespace detail {
 /// whatever the check level (a rank asking for another name would read
 /// another tensor, a rank failing alone would leave the others waiting).
 template <class T, class Layout>
-void check_request(const mpi::Communicator& comm, const io::SafetensorsHeader& h, const std::string& path, const std::string& name,
-                   const std::string& what) {
+void check_request(const mpi::Communicator& comm, const io::SafetensorsHeader& h, const std::string& path,
+                   const std::string& name, const std::string& what) {
   const io::TensorEntry* e = h.find(name);
   std::string err;
-  if (!e) err = what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")";
+  if (!e)
+    err = what + ": the file has no tensor \"" + name + "\" (it has: " + h.names() + ")";
   else if (!io::is_float_dtype(e->dtype))
     err = what + ": the tensor is " + e->dtype + " in the file but " + dtype_name<T>() + " (" + safetensors_dtype<T>() +
           ") was asked for; shardex loads F64, F32, BF16 and F16 tensors";
@@ -283,7 +296,8 @@ inline std::vector<TensorInfo> list_tensors(const mpi::Communicator& comm, const
   std::vector<TensorInfo> out;
   for (const auto& t : detail::read_header(comm, path).tensors) {
     if (t.shape.size() > 6)
-      throw error("shardex::list_tensors(\"" + path + "\"): tensor \"" + t.name + "\" has " + std::to_string(t.shape.size()) + " dims; shardex's shapes have at most 6");
+      throw error("shardex::list_tensors(\"" + path + "\"): tensor \"" + t.name + "\" has " +
+                  std::to_string(t.shape.size()) + " dims; shardex's shapes have at most 6");
     out.push_back({t.name, t.dtype, Shape(t.shape)});
   }
   return out;
@@ -305,8 +319,8 @@ Tensor<T, L, Dev> load(const typename Dev::communicator& comm, const std::string
   const mpi::Communicator& control = detail::control_of(comm);
   const io::SafetensorsHeader h = detail::read_header(control, path);
   const io::TensorEntry* e = h.find(name);
-  const std::string what = "shardex::load(\"" + path + "\", \"" + name + "\") on rank " + std::to_string(control.rank()) + " of " +
-                           std::to_string(control.size());
+  const std::string what = "shardex::load(\"" + path + "\", \"" + name + "\") on rank " +
+                           std::to_string(control.rank()) + " of " + std::to_string(control.size());
   detail::check_request<T, L>(control, h, path, name, what);
   const Shape global(e->shape);
   // A bad lengths list throws on every rank here (the factory agrees on it).
@@ -321,8 +335,10 @@ Tensor<T, L, Dev> load(const typename Dev::communicator& comm, const std::string
     b.count[L::dim] = t.local_shape()[L::dim];
   }
   detail::read_box(control, path, std::move(b), e->dtype, t.data());
-  if constexpr (std::same_as<Dev, Host>) return t;
-  else return to<Dev>(t, comm);
+  if constexpr (std::same_as<Dev, Host>)
+    return t;
+  else
+    return to<Dev>(t, comm);
 }
 
 /// Reads tensor `name` of `path` into `t` (its layout and lengths), which
@@ -340,8 +356,8 @@ void load_into(Tensor<T, L, Dev>& t, const std::string& path, const std::string&
     return;
   }
   if (*shape != t.shape())
-    throw error("shardex::load_into(\"" + path + "\", \"" + name + "\") on rank " + std::to_string(t.rank()) + ": the file's tensor has shape " +
-                shape->str() + " but the tensor to fill is " + t.describe());
+    throw error("shardex::load_into(\"" + path + "\", \"" + name + "\") on rank " + std::to_string(t.rank()) +
+                ": the file's tensor has shape " + shape->str() + " but the tensor to fill is " + t.describe());
   const auto loaded = load<T, L, Dev>(t.comm(), path, name, t.mapping());
   copy_elements<Dev>(loaded.data(), t.data(), t.size());
 }
@@ -350,11 +366,13 @@ void load_into(Tensor<T, L, Dev>& t, const std::string& path, const std::string&
 /// layouts Ls and the lengths `ms` of its sharded axes; every rank reads its
 /// box only (on a device mesh: to the host, then uploaded).
 template <Scalar T, PerAxisLayouts Ls, MeshType M>
-MeshTensor<T, M, Ls> load(const M& mesh, const std::string& path, const std::string& name, typename Ls::mappings ms = {}) {
+MeshTensor<T, M, Ls> load(const M& mesh, const std::string& path, const std::string& name,
+                          typename Ls::mappings ms = {}) {
   static_assert(!partial_on_an_axis<Ls>, SHARDEX_ERR_LOAD_PARTIAL);
   const io::SafetensorsHeader h = detail::read_header(mesh.world(), path);
   const io::TensorEntry* e = h.find(name);
-  const std::string what = "shardex::load(\"" + path + "\", \"" + name + "\") on world rank " + std::to_string(mesh.world().rank());
+  const std::string what =
+      "shardex::load(\"" + path + "\", \"" + name + "\") on world rank " + std::to_string(mesh.world().rank());
   detail::check_request<T, Ls>(mesh.world(), h, path, name, what);
   static_assert(std::same_as<typename M::device_type, Host>, SHARDEX_ERR_LOAD_MESH_HOST_ONLY);
   auto t = MeshTensor<T, M, Ls>::zeros(mesh, Shape(e->shape), std::move(ms));  // lengths agreed over the mesh

@@ -69,34 +69,51 @@ struct Sharded {
 };
 
 namespace detail {
-template <class L> struct is_sharded : std::false_type {};
-template <int D, class Ls> struct is_sharded<Sharded<D, Ls>> : std::true_type {};
+template <class L>
+struct is_sharded : std::false_type {};
+template <int D, class Ls>
+struct is_sharded<Sharded<D, Ls>> : std::true_type {};
 }  // namespace detail
 
 template <class L>
 inline constexpr bool is_sharded_v = detail::is_sharded<L>::value;
 
 template <class L>
-concept LayoutTag = std::same_as<L, Invariant> || std::same_as<L, Replicated> ||
-                    std::same_as<L, Partial> || is_sharded_v<L>;
+concept LayoutTag =
+    std::same_as<L, Invariant> || std::same_as<L, Replicated> || std::same_as<L, Partial> || is_sharded_v<L>;
 
 template <class L>
 concept ShardedLayout = is_sharded_v<L>;
 
 /// The layout of the gradient of a tensor of layout L (DESIGN.md section 1).
-template <LayoutTag L> struct dual { using type = L; };
-template <> struct dual<Replicated> { using type = Partial; };
-template <> struct dual<Partial> { using type = Replicated; };
-template <LayoutTag L> using dual_t = typename dual<L>::type;
+template <LayoutTag L>
+struct dual {
+  using type = L;
+};
+template <>
+struct dual<Replicated> {
+  using type = Partial;
+};
+template <>
+struct dual<Partial> {
+  using type = Replicated;
+};
+template <LayoutTag L>
+using dual_t = typename dual<L>::type;
 
 /// The notation of DESIGN/STYLE: "I", "R", "P(sum)", "S(1)[1,2,3,4]" or "S(1)[dyn]".
 template <LayoutTag L>
 std::string layout_name() {
-  if constexpr (std::same_as<L, Invariant>) return "I";
-  else if constexpr (std::same_as<L, Replicated>) return "R";
-  else if constexpr (std::same_as<L, Partial>) return "P(sum)";
-  else if constexpr (L::has_static_lengths) return "S(" + std::to_string(L::dim) + ")" + to_string(L::lengths_type::values);
-  else return "S(" + std::to_string(L::dim) + ")[dyn]";
+  if constexpr (std::same_as<L, Invariant>)
+    return "I";
+  else if constexpr (std::same_as<L, Replicated>)
+    return "R";
+  else if constexpr (std::same_as<L, Partial>)
+    return "P(sum)";
+  else if constexpr (L::has_static_lengths)
+    return "S(" + std::to_string(L::dim) + ")" + to_string(L::lengths_type::values);
+  else
+    return "S(" + std::to_string(L::dim) + ")[dyn]";
 }
 
 }  // namespace shardex

@@ -49,8 +49,10 @@ struct lengths {
 struct dynamic_lengths {};
 
 namespace detail {
-template <class T> struct is_static_lengths : std::false_type {};
-template <std::int64_t... Ls> struct is_static_lengths<lengths<Ls...>> : std::true_type {};
+template <class T>
+struct is_static_lengths : std::false_type {};
+template <std::int64_t... Ls>
+struct is_static_lengths<lengths<Ls...>> : std::true_type {};
 }  // namespace detail
 
 /// Models: `lengths<...>`, `dynamic_lengths`.
@@ -92,7 +94,8 @@ inline std::vector<std::int64_t> proportional_lengths(std::int64_t total, std::s
     if (!(w >= 0)) throw std::invalid_argument("shardex::proportional_lengths: weights must be >= 0");
     wsum += w;
   }
-  if (weights.empty() || wsum <= 0) throw std::invalid_argument("shardex::proportional_lengths: the weights sum to zero");
+  if (weights.empty() || wsum <= 0)
+    throw std::invalid_argument("shardex::proportional_lengths: the weights sum to zero");
   std::vector<std::int64_t> ls(weights.size());
   std::vector<std::pair<double, std::size_t>> frac(weights.size());
   std::int64_t given = 0;

@@ -39,7 +39,7 @@ template <int D>
 struct layout_mapping<Sharded<D, dynamic_lengths>> {
   layout_mapping() = default;
   layout_mapping(std::vector<std::int64_t> ls) : lengths_(std::move(ls)) {}  // NOLINT(google-explicit-constructor)
-  layout_mapping(std::initializer_list<std::int64_t> ls) : lengths_(ls) {}    // NOLINT(google-explicit-constructor)
+  layout_mapping(std::initializer_list<std::int64_t> ls) : lengths_(ls) {}   // NOLINT(google-explicit-constructor)
   [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept { return lengths_; }
   friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
 
@@ -59,12 +59,13 @@ std::string mapping_problem(const layout_mapping<L>& m, const Shape& global, int
   for (std::size_t r = 0; r < ls.size(); ++r)
     if (ls[r] < 0) return "length of rank " + std::to_string(r) + " is negative";
   if (L::dim >= global.rank())
-    return "sharded dim " + std::to_string(L::dim) + " is out of range for a " + std::to_string(global.rank()) + "-d tensor";
+    return "sharded dim " + std::to_string(L::dim) + " is out of range for a " + std::to_string(global.rank()) +
+           "-d tensor";
   std::int64_t sum = 0;
   for (auto l : ls) sum += l;
   if (sum != global[L::dim])
-    return "the lengths sum to " + std::to_string(sum) + " but the global extent of dim " + std::to_string(L::dim) + " is " +
-           std::to_string(global[L::dim]);
+    return "the lengths sum to " + std::to_string(sum) + " but the global extent of dim " + std::to_string(L::dim) +
+           " is " + std::to_string(global[L::dim]);
   return {};
 }
 
@@ -75,8 +76,8 @@ void check_mapping(const layout_mapping<L>& m, const Shape& global, int world_si
   const std::string problem = mapping_problem<L>(m, global, world_size);
   if (!problem.empty())
     throw invalid_argument(std::string(op) + " on rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
-                           " with layout " + layout_name<L>() + ", lengths " + to_string(m.lengths()) + ", global shape " +
-                           global.str() + ": " + problem);
+                           " with layout " + layout_name<L>() + ", lengths " + to_string(m.lengths()) +
+                           ", global shape " + global.str() + ": " + problem);
 }
 
 /// The default target of a transition: the mapping of a layout whose lengths
@@ -84,18 +85,25 @@ void check_mapping(const layout_mapping<L>& m, const Shape& global, int world_si
 /// default: leaving them out is a compile error, not an empty list at run time.
 template <LayoutTag L>
 layout_mapping<L> lengths_from_type() {
-  static_assert(!is_sharded_v<L> || [] {
-    if constexpr (is_sharded_v<L>) return L::has_static_lengths;
-    else return true;
-  }(), SHARDEX_ERR_DYNAMIC_LENGTHS_MISSING);
+  static_assert(
+      !is_sharded_v<L> ||
+          [] {
+            if constexpr (is_sharded_v<L>)
+              return L::has_static_lengths;
+            else
+              return true;
+          }(),
+      SHARDEX_ERR_DYNAMIC_LENGTHS_MISSING);
   return {};
 }
 
 /// The mapping of dual(L), from the mapping of L (the lengths carry over).
 template <LayoutTag L>
 layout_mapping<dual_t<L>> dual_mapping(const layout_mapping<L>& m) {
-  if constexpr (is_sharded_v<L>) return m;
-  else return {};
+  if constexpr (is_sharded_v<L>)
+    return m;
+  else
+    return {};
 }
 
 /// The one printer of a layout with the lengths a mapping carries (run-time
@@ -103,15 +111,19 @@ layout_mapping<dual_t<L>> dual_mapping(const layout_mapping<L>& m) {
 /// prints the type alone ("S(0)[dyn]").
 template <LayoutTag L>
 std::string layout_name(const layout_mapping<L>& m) {
-  if constexpr (is_sharded_v<L>) return "S(" + std::to_string(L::dim) + ")" + to_string(m.lengths());
-  else return layout_name<L>();
+  if constexpr (is_sharded_v<L>)
+    return "S(" + std::to_string(L::dim) + ")" + to_string(m.lengths());
+  else
+    return layout_name<L>();
 }
 
 /// The shape rank r holds of a tensor with global shape `global` and layout L.
 template <LayoutTag L>
 Shape local_shape(const Shape& global, const layout_mapping<L>& m, int rank) {
-  if constexpr (is_sharded_v<L>) return global.with(L::dim, m.lengths()[static_cast<std::size_t>(rank)]);
-  else return global;
+  if constexpr (is_sharded_v<L>)
+    return global.with(L::dim, m.lengths()[static_cast<std::size_t>(rank)]);
+  else
+    return global;
 }
 
 }  // namespace shardex
@@ -122,8 +134,10 @@ namespace shardex {
 /// whose dim changed, e.g. after a transpose or a sum over an earlier dim).
 template <ShardedLayout To, ShardedLayout From>
 layout_mapping<To> carry_lengths(const layout_mapping<From>& m) {
-  if constexpr (To::has_static_lengths) return {};
-  else return layout_mapping<To>(std::vector<std::int64_t>(m.lengths().begin(), m.lengths().end()));
+  if constexpr (To::has_static_lengths)
+    return {};
+  else
+    return layout_mapping<To>(std::vector<std::int64_t>(m.lengths().begin(), m.lengths().end()));
 }
 
 }  // namespace shardex

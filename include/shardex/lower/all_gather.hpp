@@ -60,8 +60,8 @@ void exchange_send_recv(const Comm& comm, const T* send, std::span<const std::in
 /// The bytes the all_gather below hands the backend to send on rank `me`
 /// with strategy `s` (resolved): what `explain` reports for the step. The
 /// test plan_runs checks it against the backend calls of every case.
-inline std::int64_t all_gather_sent_bytes(Strategy s, int n, int me, const DimView& full, std::span<const std::int64_t> lens,
-                                          std::int64_t elem, bool has_v) {
+inline std::int64_t all_gather_sent_bytes(Strategy s, int n, int me, const DimView& full,
+                                          std::span<const std::int64_t> lens, std::int64_t elem, bool has_v) {
   const std::int64_t row = full.outer * full.inner * elem, mine = lens[static_cast<std::size_t>(me)];
   if (s == Strategy::padded) return max_of(lens) * row;
   if (s == Strategy::v_collective && has_v && full.outer != 1) return n * mine * row;  // one block per rank
@@ -71,7 +71,8 @@ inline std::int64_t all_gather_sent_bytes(Strategy s, int n, int me, const DimVi
 /// out (outer, N, inner) <- concatenation along the middle dim of every rank's
 /// `local` (outer, lens[rank], inner). `s` must be resolved (not automatic).
 template <class Dev, class Comm, class T>
-void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimView& full, std::span<const std::int64_t> lens) {
+void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimView& full,
+                std::span<const std::int64_t> lens) {
   const int n = comm.size(), me = comm.rank();
   const auto offs = offsets_of(lens);
   const std::int64_t outer = full.outer, inner = full.inner, N = full.extent;
@@ -91,8 +92,8 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
     auto recv = Dev::template allocate_uninitialized<T>(block * n);
     comm.all_gather(send.get(), recv.get(), block);
     for (int i = 0; i < n; ++i)
-      Dev::copy(recv.get() + i * block, DimView{outer, mx, inner}.rows(0, lens[static_cast<std::size_t>(i)]),
-                out, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
+      Dev::copy(recv.get() + i * block, DimView{outer, mx, inner}.rows(0, lens[static_cast<std::size_t>(i)]), out,
+                full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
     return;
   }
 
@@ -118,18 +119,21 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
     dst = stage.get();
   }
   if (s == Strategy::v_collective) {
-    if constexpr (Comm::has_v_collectives) comm.all_gather_v(local, rm.counts[static_cast<std::size_t>(me)], dst, rm.counts, rm.displs);
+    if constexpr (Comm::has_v_collectives)
+      comm.all_gather_v(local, rm.counts[static_cast<std::size_t>(me)], dst, rm.counts, rm.displs);
   } else {  // per_root: one broadcast per root, grouped
     copy_elements<Dev>(local, dst + rm.displs[static_cast<std::size_t>(me)], rm.counts[static_cast<std::size_t>(me)]);
     auto g = comm.group();
     for (int i = 0; i < n; ++i)
-      if (rm.counts[static_cast<std::size_t>(i)] > 0) g.broadcast(dst + rm.displs[static_cast<std::size_t>(i)], rm.counts[static_cast<std::size_t>(i)], i);
+      if (rm.counts[static_cast<std::size_t>(i)] > 0)
+        g.broadcast(dst + rm.displs[static_cast<std::size_t>(i)], rm.counts[static_cast<std::size_t>(i)], i);
     g.end();
   }
   if (!direct)
     for (int i = 0; i < n; ++i)
-      Dev::copy(dst + rm.displs[static_cast<std::size_t>(i)], DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all(),
-                out, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
+      Dev::copy(dst + rm.displs[static_cast<std::size_t>(i)],
+                DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all(), out,
+                full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
 }
 
 }  // namespace shardex::lower

@@ -49,13 +49,13 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
 
   const auto pack = [&](T* dst, std::span<const std::int64_t> displs) {
     for (int i = 0; i < n; ++i)
-      Dev::copy(x, xs.rows(offs_s[us(i)], lens_s[us(i)]),
-                dst + displs[us(i)], DimView{xs.outer, lens_s[us(i)], xs.inner}.all());
+      Dev::copy(x, xs.rows(offs_s[us(i)], lens_s[us(i)]), dst + displs[us(i)],
+                DimView{xs.outer, lens_s[us(i)], xs.inner}.all());
   };
   const auto unpack = [&](const T* src, std::span<const std::int64_t> displs) {
     for (int j = 0; j < n; ++j)
-      Dev::copy(src + displs[us(j)], DimView{yc.outer, lens_c[us(j)], yc.inner}.all(),
-                y, yc.rows(offs_c[us(j)], lens_c[us(j)]));
+      Dev::copy(src + displs[us(j)], DimView{yc.outer, lens_c[us(j)], yc.inner}.all(), y,
+                yc.rows(offs_c[us(j)], lens_c[us(j)]));
   };
 
   if (s == Strategy::padded) {
@@ -99,7 +99,7 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
       }
       for (int i = 0; i < n; ++i) {
         to[us(i)] = pack_sends ? StridedBlock::contiguous(send.displs[us(i)], send.counts[us(i)])
-                                  : StridedBlock::of(xs.outer, xs.extent, xs.inner, offs_s[us(i)], lens_s[us(i)]);
+                               : StridedBlock::of(xs.outer, xs.extent, xs.inner, offs_s[us(i)], lens_s[us(i)]);
         from[us(i)] = StridedBlock::of(yc.outer, yc.extent, yc.inner, offs_c[us(i)], lens_c[us(i)]);
       }
       comm.exchange_blocks(from_ptr, std::span<const StridedBlock>(to), y, std::span<const StridedBlock>(from));

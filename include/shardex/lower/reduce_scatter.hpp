@@ -15,14 +15,15 @@ namespace shardex::lower {
 
 /// The bytes the reduce_scatter below hands the backend to send (every
 /// rank sends the whole tensor, or n padded blocks): what `explain` reports.
-inline std::int64_t reduce_scatter_sent_bytes(Strategy s, int n, const DimView& full, std::span<const std::int64_t> lens,
-                                              std::int64_t elem) {
+inline std::int64_t reduce_scatter_sent_bytes(Strategy s, int n, const DimView& full,
+                                              std::span<const std::int64_t> lens, std::int64_t elem) {
   const std::int64_t row = full.outer * full.inner * elem;
   return s == Strategy::padded ? n * max_of(lens) * row : full.extent * row;
 }
 
 template <class Dev, class Comm, class T>
-void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const DimView& full, std::span<const std::int64_t> lens) {
+void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const DimView& full,
+                    std::span<const std::int64_t> lens) {
   const int n = comm.size(), me = comm.rank();
   const auto offs = offsets_of(lens);
   const std::int64_t outer = full.outer, inner = full.inner, N = full.extent;
@@ -53,7 +54,8 @@ void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const Dim
     stage = Dev::template allocate_uninitialized<T>(rm.total);
     for (int i = 0; i < n; ++i)
       Dev::copy(in, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]),
-                stage.get() + rm.displs[static_cast<std::size_t>(i)], DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all());
+                stage.get() + rm.displs[static_cast<std::size_t>(i)],
+                DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all());
     src = stage.get();
   }
   if (s == Strategy::v_collective) {

@@ -17,8 +17,9 @@ namespace shardex::lower {
 
 /// The bytes the reshard below hands the backend to send on rank `me`: its
 /// old rows (send_recv keeps the ones it holds in both and copies them).
-inline std::int64_t reshard_sent_bytes(Strategy s, int me, const Shape& global, int dim, std::span<const std::int64_t> old_lens,
-                                       std::span<const std::int64_t> new_lens, std::int64_t elem, bool has_v) {
+inline std::int64_t reshard_sent_bytes(Strategy s, int me, const Shape& global, int dim,
+                                       std::span<const std::int64_t> old_lens, std::span<const std::int64_t> new_lens,
+                                       std::int64_t elem, bool has_v) {
   const auto a = offsets_of(old_lens), c = offsets_of(new_lens);
   const auto m = static_cast<std::size_t>(me);
   const std::int64_t row = global.outer(dim) * global.inner(dim) * elem;
@@ -28,8 +29,8 @@ inline std::int64_t reshard_sent_bytes(Strategy s, int me, const Shape& global, 
 }
 
 template <class Dev, class Comm, class T>
-void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global, int dim, std::span<const std::int64_t> old_lens,
-             std::span<const std::int64_t> new_lens) {
+void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global, int dim,
+             std::span<const std::int64_t> old_lens, std::span<const std::int64_t> new_lens) {
   const int n = comm.size(), me = comm.rank();
   const auto us = [](int i) { return static_cast<std::size_t>(i); };
   const auto a = offsets_of(old_lens), c = offsets_of(new_lens);
@@ -84,8 +85,8 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
     rbuf = Dev::template allocate_uninitialized<T>(rtotal);
     for (int i = 0; i < n; ++i) {
       const auto [lo, hi] = overlap(me, i);
-      Dev::copy(x, DimView{outer, mine_old, inner}.rows(lo - a[us(me)], hi - lo),
-                sbuf.get() + sdispl[us(i)], DimView{outer, hi - lo, inner}.all());
+      Dev::copy(x, DimView{outer, mine_old, inner}.rows(lo - a[us(me)], hi - lo), sbuf.get() + sdispl[us(i)],
+                DimView{outer, hi - lo, inner}.all());
     }
     sptr = sbuf.get();
     rptr = rbuf.get();
@@ -98,8 +99,8 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
   if (!direct)
     for (int j = 0; j < n; ++j) {
       const auto [lo, hi] = overlap(j, me);
-      Dev::copy(rbuf.get() + rdispl[us(j)], DimView{outer, hi - lo, inner}.all(),
-                y, DimView{outer, mine_new, inner}.rows(lo - c[us(me)], hi - lo));
+      Dev::copy(rbuf.get() + rdispl[us(j)], DimView{outer, hi - lo, inner}.all(), y,
+                DimView{outer, mine_new, inner}.rows(lo - c[us(me)], hi - lo));
     }
 }
 

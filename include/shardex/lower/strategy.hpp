@@ -60,21 +60,30 @@ concept StrategyLike = std::same_as<S, Strategy> || is_strategy_constant<S>::val
 
 constexpr const char* strategy_name(Strategy s) {
   switch (s) {
-    case Strategy::automatic: return "automatic";
-    case Strategy::padded: return "padded";
-    case Strategy::per_root: return "per_root";
-    case Strategy::v_collective: return "v_collective";
-    case Strategy::send_recv: return "send_recv";
+    case Strategy::automatic:
+      return "automatic";
+    case Strategy::padded:
+      return "padded";
+    case Strategy::per_root:
+      return "per_root";
+    case Strategy::v_collective:
+      return "v_collective";
+    case Strategy::send_recv:
+      return "send_recv";
   }
   return "?";
 }
 
 constexpr const char* op_name(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::all_to_all: return "all_to_all";
-    case CollectiveOp::reshard: return "reshard";
+    case CollectiveOp::all_gather:
+      return "all_gather";
+    case CollectiveOp::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveOp::all_to_all:
+      return "all_to_all";
+    case CollectiveOp::reshard:
+      return "reshard";
   }
   return "?";
 }
@@ -106,7 +115,7 @@ constexpr bool supports(CollectiveOp op, Strategy s) {
 /// backend without v collectives, and the thresholds bench/collectives
 /// measured on MPI.
 struct CostModel {
-  double latency_s = 20e-6;      ///< one collective call
+  double latency_s = 20e-6;  ///< one collective call
   double seconds_per_byte = 1e-9;
   // On MPI (the v collectives exist), the cases bench/collectives measured a
   // lowering other than the v collective to win in (bench/RESULTS.md):
@@ -160,11 +169,13 @@ inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> l
       case CollectiveOp::all_gather:
         if (pieces == Pieces::strided) {
           if (n == 2 && total <= model.mpi_padded_strided_all_gather_max_bytes) return Strategy::padded;
-          return n <= model.mpi_rooted_max_ranks && total <= model.mpi_rooted_strided_all_gather_max_bytes ? Strategy::per_root
-                                                                                                           : Strategy::v_collective;
+          return n <= model.mpi_rooted_max_ranks && total <= model.mpi_rooted_strided_all_gather_max_bytes
+                     ? Strategy::per_root
+                     : Strategy::v_collective;
         }
-        return n > 2 && n <= model.mpi_rooted_max_ranks && total <= model.mpi_rooted_all_gather_max_bytes ? Strategy::per_root
-                                                                                                           : Strategy::v_collective;
+        return n > 2 && n <= model.mpi_rooted_max_ranks && total <= model.mpi_rooted_all_gather_max_bytes
+                   ? Strategy::per_root
+                   : Strategy::v_collective;
       case CollectiveOp::reduce_scatter:
         return total > model.mpi_reduce_scatter_max_bytes ? Strategy::per_root : Strategy::v_collective;
       case CollectiveOp::all_to_all:
@@ -176,15 +187,16 @@ inline Strategy choose_strategy(CollectiveOp op, std::span<const std::int64_t> l
   if (op == CollectiveOp::reshard) return Strategy::send_recv;
   if (mx * n == sum) return Strategy::padded;
   const double padded = model.latency_s + static_cast<double>(n * mx * row_bytes) * model.seconds_per_byte;
-  const double rooted = static_cast<double>(nonzero) * model.latency_s + static_cast<double>(sum * row_bytes) * model.seconds_per_byte;
+  const double rooted =
+      static_cast<double>(nonzero) * model.latency_s + static_cast<double>(sum * row_bytes) * model.seconds_per_byte;
   if (op == CollectiveOp::all_to_all) return padded <= rooted ? Strategy::padded : Strategy::send_recv;
   return padded <= rooted ? Strategy::padded : Strategy::per_root;
 }
 
 /// `s`, resolved and checked for `op`: throws invalid_argument naming both if
 /// the operation has no such lowering.
-inline Strategy resolve_strategy(Strategy s, CollectiveOp op, std::span<const std::int64_t> lens, std::int64_t row_bytes,
-                                 bool backend_has_v, Pieces pieces = Pieces::contiguous) {
+inline Strategy resolve_strategy(Strategy s, CollectiveOp op, std::span<const std::int64_t> lens,
+                                 std::int64_t row_bytes, bool backend_has_v, Pieces pieces = Pieces::contiguous) {
   if (!supports(op, s))
     throw invalid_argument(std::string("shardex::") + op_name(op) + ": strategy " + strategy_name(s) +
                            " does not apply to this operation");

@@ -40,8 +40,10 @@ struct axis {
 };
 
 namespace detail {
-template <class T> struct is_axis : std::false_type {};
-template <fixed_name N, int S> struct is_axis<axis<N, S>> : std::true_type {};
+template <class T>
+struct is_axis : std::false_type {};
+template <fixed_name N, int S>
+struct is_axis<axis<N, S>> : std::true_type {};
 }  // namespace detail
 
 /// Models: `axis<"...">`.

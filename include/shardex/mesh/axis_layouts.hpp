@@ -49,8 +49,10 @@ struct per_axis {
 };
 
 namespace detail {
-template <class T> struct is_per_axis : std::false_type {};
-template <class... Ls> struct is_per_axis<per_axis<Ls...>> : std::true_type {};
+template <class T>
+struct is_per_axis : std::false_type {};
+template <class... Ls>
+struct is_per_axis<per_axis<Ls...>> : std::true_type {};
 
 // Function objects rather than lambdas: a lambda inside decltype in an alias
 // template is a new type at every use (and trips g++ 12).
@@ -80,8 +82,10 @@ struct rule_fn {
 
 template <class L>
 constexpr int dim_of() {
-  if constexpr (is_sharded_v<L>) return L::dim;
-  else return -1;
+  if constexpr (is_sharded_v<L>)
+    return L::dim;
+  else
+    return -1;
 }
 }  // namespace detail
 
@@ -100,9 +104,8 @@ using replace_at_t = typename decltype(hana::unpack(
 
 /// The layouts of the gradient: dual on every axis.
 template <PerAxisLayouts Ls>
-using dual_layouts_t = typename decltype(hana::unpack(
-    hana::transform(Ls::types, detail::dual_fn{}),
-    detail::to_per_axis))::type;
+using dual_layouts_t =
+    typename decltype(hana::unpack(hana::transform(Ls::types, detail::dual_fn{}), detail::to_per_axis))::type;
 
 /// The number of axes whose layout shards tensor dim D.
 template <PerAxisLayouts Ls, int D>
@@ -114,13 +117,15 @@ inline constexpr std::size_t axes_sharding_dim = hana::count_if(Ls::types, [](au
 template <PerAxisLayouts Ls>
 inline constexpr bool each_dim_sharded_once = hana::unpack(Ls::types, [](auto... t) {
   return ((detail::dim_of<typename decltype(t)::type>() < 0 ||
-           axes_sharding_dim<Ls, detail::dim_of<typename decltype(t)::type>()> == 1) && ...);
+           axes_sharding_dim<Ls, detail::dim_of<typename decltype(t)::type>()> == 1) &&
+          ...);
 });
 
 /// Some axis' layout is Partial.
 template <PerAxisLayouts Ls>
-inline constexpr bool partial_on_an_axis =
-    hana::unpack(Ls::types, [](auto... t) { return (std::same_as<typename decltype(t)::type, Partial> || ...); });
+inline constexpr bool partial_on_an_axis = hana::unpack(Ls::types, [](auto... t) {
+  return (std::same_as<typename decltype(t)::type, Partial> || ...);
+});
 
 /// The axis (index) that shards dim D, or -1.
 template <PerAxisLayouts Ls, int D>
@@ -135,9 +140,8 @@ constexpr int axis_sharding_dim() {
 /// The per-axis layouts of a local operation's result: `Rule<A_k, B_k, ...>`
 /// on each axis k, where `Rule` is one of rules.hpp's (`rules::matmul`, ...).
 template <template <class...> class Rule, PerAxisLayouts... Operands>
-using per_axis_rule_t = typename decltype(hana::unpack(
-    hana::zip_with(detail::rule_fn<Rule>{}, Operands::types...),
-    detail::to_per_axis))::type;
+using per_axis_rule_t = typename decltype(hana::unpack(hana::zip_with(detail::rule_fn<Rule>{}, Operands::types...),
+                                                       detail::to_per_axis))::type;
 
 /// "dp: S(0)[1,3], tp: R": the layouts with their lengths, axis by axis.
 template <PerAxisLayouts Ls, class Names>

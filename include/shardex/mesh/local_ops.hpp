@@ -72,18 +72,24 @@ constexpr bool mixes_invariant_on_an_axis() {
 /// The lengths of axis i's result: those of the first operand sharded there.
 template <class R, std::size_t I, class X, class... Xs>
 layout_mapping<R> result_lengths(const X& x, const Xs&... xs) {
-  if constexpr (!is_sharded_v<R>) return {};
-  else if constexpr (is_sharded_v<typename X::template layout_at<I>>) return carry_lengths<R, typename X::template layout_at<I>>(x.template mapping<I>());
-  else if constexpr (sizeof...(Xs) > 0) return result_lengths<R, I>(xs...);
-  else return {};
+  if constexpr (!is_sharded_v<R>)
+    return {};
+  else if constexpr (is_sharded_v<typename X::template layout_at<I>>)
+    return carry_lengths<R, typename X::template layout_at<I>>(x.template mapping<I>());
+  else if constexpr (sizeof...(Xs) > 0)
+    return result_lengths<R, I>(xs...);
+  else
+    return {};
 }
 
 /// The lengths of axis I of the result R: the local result's on the last
 /// axis, else those of the first operand sharded on I.
 template <class R, std::size_t I, class Out, class Operands>
 auto result_mapping(const Out& out, const Operands& xs) {
-  if constexpr (I == R::last) return out.mapping();
-  else return std::apply([](const auto&... x) { return result_lengths<typename R::template layout_at<I>, I>(x...); }, xs);
+  if constexpr (I == R::last)
+    return out.mapping();
+  else
+    return std::apply([](const auto&... x) { return result_lengths<typename R::template layout_at<I>, I>(x...); }, xs);
 }
 
 template <class R, class Out, class Operands, std::size_t... I>
@@ -94,7 +100,9 @@ typename R::mappings_type result_mappings(const Out& out, const Operands& xs, st
 /// Operands on one mesh; operands sharded on one axis split it alike.
 template <class X0, class... Xs>
 void check_operands(const char* op, const X0& x0, const Xs&... xs) {
-  const auto where = [&] { return std::string("shardex::") + op + " on world rank " + std::to_string(x0.mesh().world().rank()); };
+  const auto where = [&] {
+    return std::string("shardex::") + op + " on world rank " + std::to_string(x0.mesh().world().rank());
+  };
   x0.require_valid(op);
   (xs.require_valid(op), ...);
   if (!((xs.mesh() == x0.mesh()) && ...))
@@ -107,8 +115,10 @@ void check_operands(const char* op, const X0& x0, const Xs&... xs) {
     const auto look = [&](const auto& x) {
       if constexpr (is_sharded_v<typename std::remove_cvref_t<decltype(x)>::template layout_at<i>>) {
         const std::string ls = to_string(x.template mapping<i>().lengths());
-        if (first.empty()) first = ls;
-        else differ = differ || ls != first;
+        if (first.empty())
+          first = ls;
+        else
+          differ = differ || ls != first;
       }
     };
     look(x0);
@@ -116,8 +126,8 @@ void check_operands(const char* op, const X0& x0, const Xs&... xs) {
     if (differ)
       throw invalid_argument(where() + ": on axis " + std::string(X0::mesh_type::names()[i]) +
                              " the operands are split with different lengths: " + x0.describe() + "; " +
-                             (std::string() + ... + (xs.describe() + "; ")) + "redistribute<" + std::string(X0::mesh_type::names()[i]) +
-                             ", ...>(x, lengths) one of them first");
+                             (std::string() + ... + (xs.describe() + "; ")) + "redistribute<" +
+                             std::string(X0::mesh_type::names()[i]) + ", ...>(x, lengths) one of them first");
   });
 }
 
@@ -190,29 +200,82 @@ auto mesh_local(const char* op, const F& f, const X&... xs) {
 namespace detail {
 // The single-axis operations as function objects (what apply_local runs on
 // the local tensors).
-struct matmul_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return matmul(a, b); } };
-struct add_bias_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return add_bias(a, b); } };
-struct add_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a + b; } };
-struct sub_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a - b; } };
-struct mul_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a * b; } };
-struct neg_fn { template <class A> auto operator()(const A& a) const { return -a; } };
-struct div_fn { template <class A, class B> auto operator()(const A& a, const B& b) const { return a / b; } };
+struct matmul_fn {
+  template <class A, class B>
+  auto operator()(const A& a, const B& b) const {
+    return matmul(a, b);
+  }
+};
+struct add_bias_fn {
+  template <class A, class B>
+  auto operator()(const A& a, const B& b) const {
+    return add_bias(a, b);
+  }
+};
+struct add_fn {
+  template <class A, class B>
+  auto operator()(const A& a, const B& b) const {
+    return a + b;
+  }
+};
+struct sub_fn {
+  template <class A, class B>
+  auto operator()(const A& a, const B& b) const {
+    return a - b;
+  }
+};
+struct mul_fn {
+  template <class A, class B>
+  auto operator()(const A& a, const B& b) const {
+    return a * b;
+  }
+};
+struct neg_fn {
+  template <class A>
+  auto operator()(const A& a) const {
+    return -a;
+  }
+};
+struct div_fn {
+  template <class A, class B>
+  auto operator()(const A& a, const B& b) const {
+    return a / b;
+  }
+};
 /// The element-wise function `op` (device/elementwise_ops.hpp; with its
 /// parameter, as Shift's c) of a local tensor.
 template <class Op>
 struct unary_fn {
   Op op{};
-  template <class A> auto operator()(const A& a) const { return Elementwise<Op, A>(op, a); }
+  template <class A>
+  auto operator()(const A& a) const {
+    return Elementwise<Op, A>(op, a);
+  }
 };
 /// A non-linear element-wise function of a mesh tensor, named as its op.
 template <class Op, class A>
 auto mesh_nonlinear(const A& a) {
   return mesh_local<rules::nonlinear>(Op::name, unary_fn<Op>{}, a);
 }
-struct sum_fn { template <class A> auto operator()(const A& a) const { return sum(a); } };
+struct sum_fn {
+  template <class A>
+  auto operator()(const A& a) const {
+    return sum(a);
+  }
+};
 template <int K>
-struct sum_dim_fn { template <class A> auto operator()(const A& a) const { return sum<K>(a); } };
-struct transpose_fn { template <class A> auto operator()(const A& a) const { return transpose(a); } };
+struct sum_dim_fn {
+  template <class A>
+  auto operator()(const A& a) const {
+    return sum<K>(a);
+  }
+};
+struct transpose_fn {
+  template <class A>
+  auto operator()(const A& a) const {
+    return transpose(a);
+  }
+};
 }  // namespace detail
 
 template <MeshExpr A, MeshExpr B>
@@ -242,12 +305,14 @@ void check_bias(const X& x, const B& b) {
             (x_last ? " x is split along its last dim, so b must be Sharded<0> with the same lengths"
                     : " b is split but x is not split along its last dim");
     if constexpr (is_sharded_v<LX> && is_sharded_v<LB>)
-      if (err.empty() && x_last && !std::ranges::equal(x.template mapping<i>().lengths(), b.template mapping<i>().lengths()))
-        err = "on axis " + std::string(X::mesh_type::names()[i]) + " x's last dim and b are split with different lengths";
+      if (err.empty() && x_last &&
+          !std::ranges::equal(x.template mapping<i>().lengths(), b.template mapping<i>().lengths()))
+        err =
+            "on axis " + std::string(X::mesh_type::names()[i]) + " x's last dim and b are split with different lengths";
   });
   if (!err.empty())
-    throw invalid_argument("shardex::add_bias(x, b) on world rank " + std::to_string(x.mesh().world().rank()) + ": " + err +
-                           " (x " + x.describe() + ", b " + b.describe() + ")");
+    throw invalid_argument("shardex::add_bias(x, b) on world rank " + std::to_string(x.mesh().world().rank()) + ": " +
+                           err + " (x " + x.describe() + ", b " + b.describe() + ")");
 }
 }  // namespace detail
 
@@ -309,15 +374,42 @@ template <MeshExpr A, MeshExpr B>
 auto operator/(const A& a, const B& b) {
   return detail::mesh_local<rules::div>("div", detail::div_fn{}, a, b);
 }
-template <MeshExpr A> auto gelu(const A& a) { return detail::mesh_nonlinear<ops::Gelu>(a); }
-template <MeshExpr A> auto relu(const A& a) { return detail::mesh_nonlinear<ops::Relu>(a); }
-template <MeshExpr A> auto tanh(const A& a) { return detail::mesh_nonlinear<ops::Tanh>(a); }
-template <MeshExpr A> auto exp(const A& a) { return detail::mesh_nonlinear<ops::Exp>(a); }
-template <MeshExpr A> auto sqrt(const A& a) { return detail::mesh_nonlinear<ops::Sqrt>(a); }
-template <MeshExpr A> auto rsqrt(const A& a) { return detail::mesh_nonlinear<ops::Rsqrt>(a); }
-template <MeshExpr A> auto log(const A& a) { return detail::mesh_nonlinear<ops::Log>(a); }
-template <MeshExpr A> auto sigmoid(const A& a) { return detail::mesh_nonlinear<ops::Sigmoid>(a); }
-template <MeshExpr A> auto silu(const A& a) { return detail::mesh_nonlinear<ops::Silu>(a); }
+template <MeshExpr A>
+auto gelu(const A& a) {
+  return detail::mesh_nonlinear<ops::Gelu>(a);
+}
+template <MeshExpr A>
+auto relu(const A& a) {
+  return detail::mesh_nonlinear<ops::Relu>(a);
+}
+template <MeshExpr A>
+auto tanh(const A& a) {
+  return detail::mesh_nonlinear<ops::Tanh>(a);
+}
+template <MeshExpr A>
+auto exp(const A& a) {
+  return detail::mesh_nonlinear<ops::Exp>(a);
+}
+template <MeshExpr A>
+auto sqrt(const A& a) {
+  return detail::mesh_nonlinear<ops::Sqrt>(a);
+}
+template <MeshExpr A>
+auto rsqrt(const A& a) {
+  return detail::mesh_nonlinear<ops::Rsqrt>(a);
+}
+template <MeshExpr A>
+auto log(const A& a) {
+  return detail::mesh_nonlinear<ops::Log>(a);
+}
+template <MeshExpr A>
+auto sigmoid(const A& a) {
+  return detail::mesh_nonlinear<ops::Sigmoid>(a);
+}
+template <MeshExpr A>
+auto silu(const A& a) {
+  return detail::mesh_nonlinear<ops::Silu>(a);
+}
 /// The sum of all elements: S(d) -> P on its axis, the others keep.
 template <MeshExpr A>
 auto sum(const A& a) {

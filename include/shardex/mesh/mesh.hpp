@@ -43,8 +43,12 @@ constexpr std::size_t index_of_axis() {
   return i;
 }
 
-template <class F> struct create_options;
-template <class R, class A, class O> struct create_options<R (*)(A, O)> { using type = O; };
+template <class F>
+struct create_options;
+template <class R, class A, class O>
+struct create_options<R (*)(A, O)> {
+  using type = O;
+};
 
 /// The device's communicator over an MPI communicator: itself on the host,
 /// a communicator the backend creates over it otherwise (NCCL), on the GPU
@@ -97,7 +101,8 @@ public:
     std::int64_t product = 1;
     for (std::size_t k = 0; k < axis_count; ++k) {
       if (sizes[k] < 1 && err.empty())
-        err = "axis " + std::string(names()[k]) + " has size " + std::to_string(sizes[k]) + "; every axis needs at least one rank";
+        err = "axis " + std::string(names()[k]) + " has size " + std::to_string(sizes[k]) +
+              "; every axis needs at least one rank";
       if (err.empty() && static_sizes()[k] != 0 && sizes[k] != static_sizes()[k])
         err = "axis " + std::string(names()[k]) + " has size " + std::to_string(sizes[k]) + " but its type says " +
               std::to_string(static_sizes()[k]);
@@ -183,7 +188,8 @@ private:
     std::array<int, axis_count> sizes{}, coords{};
   };
   const State& state() const {
-    if (!state_) throw error("shardex::Mesh: an empty mesh (default-constructed); make one from a communicator and axis sizes");
+    if (!state_)
+      throw error("shardex::Mesh: an empty mesh (default-constructed); make one from a communicator and axis sizes");
     return *state_;
   }
   static std::string describe_call(const mpi::Communicator& world, const std::array<int, axis_count>& sizes) {
@@ -200,8 +206,10 @@ template <MeshAxis... Axes>
 using Mesh = DeviceMesh<Host, Axes...>;
 
 namespace detail {
-template <class M> struct is_mesh : std::false_type {};
-template <class D, class... As> struct is_mesh<DeviceMesh<D, As...>> : std::true_type {};
+template <class M>
+struct is_mesh : std::false_type {};
+template <class D, class... As>
+struct is_mesh<DeviceMesh<D, As...>> : std::true_type {};
 }  // namespace detail
 template <class M>
 concept MeshType = detail::is_mesh<M>::value;

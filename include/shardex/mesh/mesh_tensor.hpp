@@ -60,7 +60,8 @@ constexpr bool static_lengths_fit() {
     using L = layout_at_t<Ls, decltype(k)::value>;
     if constexpr (is_sharded_v<L> && decltype(k)::value < M::axis_count) {
       constexpr int size = M::template static_size<decltype(k)::value>;
-      if constexpr (L::has_static_lengths && size > 0) ok = ok && L::lengths_type::count == static_cast<std::size_t>(size);
+      if constexpr (L::has_static_lengths && size > 0)
+        ok = ok && L::lengths_type::count == static_cast<std::size_t>(size);
     }
   });
   return ok;
@@ -91,9 +92,9 @@ public:
 
   /// Evaluates a lazy transition along an axis (mesh/transitions.hpp).
   template <class E>
-    requires requires(const E& e) {
-      { e.evaluate() } -> std::same_as<MeshTensor>;
-    }
+  requires requires(const E& e) {
+    { e.evaluate() } -> std::same_as<MeshTensor>;
+  }
   MeshTensor(const E& e) : MeshTensor(e.evaluate()) {}  // NOLINT(google-explicit-constructor): like Tensor's
 
   // ---- factories (collective over the mesh's world) --------------------------------
@@ -107,7 +108,7 @@ public:
   /// layout is Partial, the value goes to the axis' first rank (coordinate
   /// 0) and the others hold zeros, so the sum is f.
   template <class F>
-    requires std::same_as<device_type, Host> && std::invocable<F&, std::span<const std::int64_t>>
+  requires std::same_as<device_type, Host> && std::invocable<F&, std::span<const std::int64_t>>
   static MeshTensor from_function(const M& mesh, const Shape& global, F&& f, mappings_type ms = {}) {
     MeshTensor t = zeros(mesh, global, std::move(ms));
     bool holds = true;  // false on a non-first rank of a Partial axis
@@ -118,7 +119,8 @@ public:
       if constexpr (std::same_as<L, Partial>) holds = holds && mesh.coord(i) == 0;
       if constexpr (is_sharded_v<L>) {
         const auto ls = hana::at_c<i>(t.maps_).lengths();
-        for (int r = 0; r < mesh.coord(i); ++r) base[static_cast<std::size_t>(L::dim)] += ls[static_cast<std::size_t>(r)];
+        for (int r = 0; r < mesh.coord(i); ++r)
+          base[static_cast<std::size_t>(L::dim)] += ls[static_cast<std::size_t>(r)];
       }
     });
     if (!holds) return t;
@@ -138,24 +140,24 @@ public:
   /// Normal numbers, the same as `Tensor::normal` draws for each global index
   /// (so a mesh tensor holds the pieces of the tensor an unsharded run draws).
   static MeshTensor normal(const M& mesh, const Shape& global, std::uint64_t seed, T mean = T(0), T stddev = T(1),
-                           mappings_type ms = {})
-    requires std::same_as<device_type, Host>
-  {
+                           mappings_type ms = {}) requires std::same_as<device_type, Host> {
     return from_function(
         mesh, global,
-        [&](std::span<const std::int64_t> idx) { return Tensor<T, Invariant>::normal_at(seed, global, idx, mean, stddev); },
+        [&](std::span<const std::int64_t> idx) {
+          return Tensor<T, Invariant>::normal_at(seed, global, idx, mean, stddev);
+        },
         std::move(ms));
   }
 
   /// This rank's part of a whole value given on every rank (row-major, of
   /// global shape `global`), as `from_function` places it.
-  static MeshTensor from_global(const M& mesh, const Shape& global, std::span<const T> values, mappings_type ms = {})
-    requires std::same_as<device_type, Host>
-  {
+  static MeshTensor from_global(const M& mesh, const Shape& global, std::span<const T> values,
+                                mappings_type ms = {}) requires std::same_as<device_type, Host> {
     // A wrong count on one rank throws on every rank (through the factory's agreement).
     std::string err;
     if (static_cast<std::int64_t>(values.size()) != global.numel())
-      err = std::to_string(values.size()) + " values given for the " + std::to_string(global.numel()) + " elements of the global shape";
+      err = std::to_string(values.size()) + " values given for the " + std::to_string(global.numel()) +
+            " elements of the global shape";
     agree_on_factory(mesh, global, ms, "shardex::MeshTensor::from_global", err);
     return from_function(
         mesh, global,
@@ -181,14 +183,17 @@ public:
   [[nodiscard]] bool valid() const noexcept { return inner_.valid(); }
   void require_valid(const char* op) const {
     if (!valid())
-      throw error(std::string(op) + ": the mesh tensor is empty (default-constructed or moved-from); assign it one first");
+      throw error(std::string(op) +
+                  ": the mesh tensor is empty (default-constructed or moved-from); assign it one first");
   }
   [[nodiscard]] const M& mesh() const noexcept { return mesh_; }
   [[nodiscard]] const Shape& shape() const noexcept { return global_; }
   [[nodiscard]] const Shape& local_shape() const noexcept { return inner_.local_shape(); }
   [[nodiscard]] const mappings_type& mappings() const noexcept { return maps_; }
   template <std::size_t I>
-  [[nodiscard]] const layout_mapping<layout_at<I>>& mapping() const noexcept { return hana::at_c<I>(maps_); }
+  [[nodiscard]] const layout_mapping<layout_at<I>>& mapping() const noexcept {
+    return hana::at_c<I>(maps_);
+  }
   [[nodiscard]] const inner_type& inner() const noexcept { return inner_; }
   [[nodiscard]] T* data() const noexcept { return inner_.data(); }
   [[nodiscard]] std::int64_t size() const noexcept { return inner_.size(); }
@@ -211,8 +216,8 @@ public:
   /// "MeshTensor<float64, dp: S(0)[1,3], tp: R> global (4, 8), local (1, 8) at (0, 1) of a 2 x 2 mesh (dp, tp)"
   [[nodiscard]] std::string describe() const {
     if (!valid()) return std::string("MeshTensor<") + dtype_name<T>() + "> (empty)";
-    return std::string("MeshTensor<") + dtype_name<T>() + ", " + layouts_str() + "> global " + global_.str() + ", local " +
-           local_shape().str() + " on the " + mesh_.str();
+    return std::string("MeshTensor<") + dtype_name<T>() + ", " + layouts_str() + "> global " + global_.str() +
+           ", local " + local_shape().str() + " on the " + mesh_.str();
   }
 
   /// The global shape as seen along axis I: every dim another axis shards
@@ -245,9 +250,8 @@ public:
   template <std::size_t I, LayoutTag L2>
   [[nodiscard]] auto with_axis(const Tensor<T, L2, device_type>& out) const {
     using R = MeshTensor<T, M, replace_at_t<Ls, I, L2>>;
-    auto ms = hana::unpack(hana::make_range(hana::size_c<0>, hana::size_c<axis_count>), [&](auto... k) {
-      return typename R::mappings_type(pick<I>(k, out.mapping())...);
-    });
+    auto ms = hana::unpack(hana::make_range(hana::size_c<0>, hana::size_c<axis_count>),
+                           [&](auto... k) { return typename R::mappings_type(pick<I>(k, out.mapping())...); });
     if constexpr (I == last) {
       return R::assemble(mesh_, global_, std::move(ms), out);
     } else {
@@ -290,15 +294,17 @@ public:
   [[nodiscard]] bool has_grad() const noexcept { return inner_.has_grad(); }
   /// The gradient, dual layout on every axis.
   [[nodiscard]] grad_type grad() const {
-    if (!has_grad()) throw error("shardex::MeshTensor::grad(): " + describe() + " has no gradient" +
-                                 (is_differentiable() ? " yet; call backward(loss) on a loss that depends on it"
-                                                      : "; call requires_grad() on it first"));
+    if (!has_grad())
+      throw error("shardex::MeshTensor::grad(): " + describe() + " has no gradient" +
+                  (is_differentiable() ? " yet; call backward(loss) on a loss that depends on it"
+                                       : "; call requires_grad() on it first"));
     return grad_type::assemble(mesh_, global_, dual_mappings(), inner_.grad());
   }
   /// The lengths of the gradient's layouts (those of this tensor, axis by axis).
   [[nodiscard]] typename grad_type::mappings_type dual_mappings() const {
     return hana::unpack(hana::make_range(hana::size_c<0>, hana::size_c<axis_count>), [&](auto... k) {
-      return typename grad_type::mappings_type(dual_mapping<layout_at<decltype(k)::value>>(hana::at_c<decltype(k)::value>(maps_))...);
+      return typename grad_type::mappings_type(
+          dual_mapping<layout_at<decltype(k)::value>>(hana::at_c<decltype(k)::value>(maps_))...);
     });
   }
   void zero_grad() const { inner_.zero_grad(); }
@@ -307,8 +313,10 @@ public:
 private:
   template <std::size_t I, class K, class Out>
   auto pick(K, const Out& out) const {
-    if constexpr (decltype(K())::value == I) return out;
-    else return hana::at_c<decltype(K())::value>(maps_);
+    if constexpr (decltype(K())::value == I)
+      return out;
+    else
+      return hana::at_c<decltype(K())::value>(maps_);
   }
 
   /// `x`'s local data as a tensor on `comm` (layout L, shape, mapping), with
@@ -320,7 +328,8 @@ private:
     if (x.node()) {
       // What the gradient needs of x, not x itself (whose data it would keep alive).
       v.record("mesh view", {x.node()},
-               [node = x.node(), xc = x.comm(), xs = x.shape(), xm = dual_mapping<LX>(x.mapping())](const Tensor<T, dual_t<L>, device_type>& g) {
+               [node = x.node(), xc = x.comm(), xs = x.shape(),
+                xm = dual_mapping<LX>(x.mapping())](const Tensor<T, dual_t<L>, device_type>& g) {
                  node->accumulate(g.template reseat<dual_t<LX>>(xc, xs, xm));
                });
     }
@@ -329,7 +338,8 @@ private:
 
   /// The lengths of every sharded axis fit the global shape and that axis'
   /// size, and are the same on every rank (else every rank throws).
-  static void agree_on_factory(const M& mesh, const Shape& global, const mappings_type& ms, const char* op, std::string err = {}) {
+  static void agree_on_factory(const M& mesh, const Shape& global, const mappings_type& ms, const char* op,
+                               std::string err = {}) {
     if (err.empty()) err = shape_problem(global);
     detail::Signature sig;
     sig.add(op).add(dtype_name<T>());
@@ -349,8 +359,8 @@ private:
       }
     });
     const auto call = [&] {
-      return std::string(op) + " on world rank " + std::to_string(mesh.world().rank()) + " (" + mesh.str() + "), global shape " +
-             global.str() + ", layouts " + layout_names();
+      return std::string(op) + " on world rank " + std::to_string(mesh.world().rank()) + " (" + mesh.str() +
+             "), global shape " + global.str() + ", layouts " + layout_names();
     };
     if (!err.empty()) err = call() + ": " + err;
     detail::agree(mesh.world(), err, sig, call);
@@ -377,8 +387,10 @@ private:
 };
 
 namespace detail {
-template <class T> struct is_mesh_tensor : std::false_type {};
-template <class T, class M, class Ls> struct is_mesh_tensor<MeshTensor<T, M, Ls>> : std::true_type {};
+template <class T>
+struct is_mesh_tensor : std::false_type {};
+template <class T, class M, class Ls>
+struct is_mesh_tensor<MeshTensor<T, M, Ls>> : std::true_type {};
 }  // namespace detail
 template <class X>
 inline constexpr bool is_mesh_tensor_v = detail::is_mesh_tensor<X>::value;
@@ -387,11 +399,11 @@ inline constexpr bool is_mesh_tensor_v = detail::is_mesh_tensor<X>::value;
 /// local part uploaded; the layouts and lengths as they are). Collective.
 template <class Dev, Scalar T, MeshAxis... Axes, PerAxisLayouts Ls>
 MeshTensor<T, DeviceMesh<Dev, Axes...>, Ls> to_mesh(const MeshTensor<T, DeviceMesh<Host, Axes...>, Ls>& x,
-                                                     const DeviceMesh<Dev, Axes...>& mesh) {
+                                                    const DeviceMesh<Dev, Axes...>& mesh) {
   x.require_valid("shardex::to_mesh");
   if (mesh.sizes() != x.mesh().sizes() || mesh.coords() != x.mesh().coords())
-    throw invalid_argument("shardex::to_mesh on world rank " + std::to_string(mesh.world().rank()) + ": the " + mesh.str() +
-                           " is not the shape of the " + x.mesh().str());
+    throw invalid_argument("shardex::to_mesh on world rank " + std::to_string(mesh.world().rank()) + ": the " +
+                           mesh.str() + " is not the shape of the " + x.mesh().str());
   using R = MeshTensor<T, DeviceMesh<Dev, Axes...>, Ls>;
   return R::assemble(mesh, x.shape(), x.mappings(), to<Dev>(x.inner().detach(), mesh.comm(R::last)));
 }

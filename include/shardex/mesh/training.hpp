@@ -30,7 +30,8 @@ void check_loss(const X& loss, const char* op) {
   loss.require_valid(op);
   if (loss.shape().numel() != 1)
     throw invalid_argument(std::string(op) + ": the loss must hold one element, but it is " + loss.describe());
-  if (!loss.inner().node()) throw error(std::string(op) + ": the loss does not depend on any tensor that requires_grad()");
+  if (!loss.inner().node())
+    throw error(std::string(op) + ": the loss does not depend on any tensor that requires_grad()");
 }
 }  // namespace detail
 
@@ -46,7 +47,10 @@ void backward(const X& loss_expr) {
   detail::check_loss(loss, "shardex::backward(loss)");
   autodiff::reverse_pass(
       *loss.inner().node(), static_cast<const mpi::Communicator*>(nullptr), [&] { loss.inner().node()->seed(); },
-      [&] { return "shardex::backward(loss) on world rank " + std::to_string(loss.mesh().world().rank()) + " (loss " + loss.describe() + ")"; });
+      [&] {
+        return "shardex::backward(loss) on world rank " + std::to_string(loss.mesh().world().rank()) + " (loss " +
+               loss.describe() + ")";
+      });
 }
 
 /// The reverse pass from `y` with its gradient given, `dy` (dual layouts):
@@ -62,12 +66,15 @@ void backward(const MeshTensor<T, M, Ls>& y, const MeshTensor<T, M, dual_layouts
   const auto yd = MeshTensor<T, M, dual_layouts_t<Ls>>::assemble(y.mesh(), y.shape(), y.dual_mappings(), dy.inner());
   if (dy.shape() != y.shape() || dy.signature().value() != yd.signature().value() || !(dy.mesh() == y.mesh()))
     throw invalid_argument("shardex::backward(y, dy) on world rank " + std::to_string(y.mesh().world().rank()) +
-                           ": dy is " + dy.describe() + " but y is " + y.describe() + "; dy must have y's shape, the dual " +
-                           "layouts and y's lengths");
+                           ": dy is " + dy.describe() + " but y is " + y.describe() +
+                           "; dy must have y's shape, the dual " + "layouts and y's lengths");
   auto& node = *y.inner().node();
   autodiff::reverse_pass(
       node, static_cast<const mpi::Communicator*>(nullptr), [&] { node.grad = dy.inner().clone(); },
-      [&] { return "shardex::backward(y, dy) on world rank " + std::to_string(y.mesh().world().rank()) + " (y " + y.describe() + ")"; });
+      [&] {
+        return "shardex::backward(y, dy) on world rank " + std::to_string(y.mesh().world().rank()) + " (y " +
+               y.describe() + ")";
+      });
 }
 
 /// p -= lr * grad(p) for mesh parameters, Invariant or Sharded on every axis.
@@ -92,7 +99,9 @@ struct grad_norm_part<MeshTensor<T, M, Ls>> {
     if (!in.has_grad() || !p.first_copy()) return 0.0;
     return detail::sum_of_squares<typename M::device_type>(in.grad().data(), in.grad().size());
   }
-  static void scale_grad(const P& p, double factor) { grad_norm_part<typename P::inner_type>::scale_grad(p.inner(), factor); }
+  static void scale_grad(const P& p, double factor) {
+    grad_norm_part<typename P::inner_type>::scale_grad(p.inner(), factor);
+  }
 };
 
 /// Runs `step` (a training step: forward, backward, update) and returns the

@@ -93,18 +93,21 @@ private:
   }
 
 public:
-
 private:
   Src src_;
   E e_;
 };
 
 namespace detail {
-template <class X> struct is_along_axis : std::false_type {};
-template <class S, std::size_t I, class E> struct is_along_axis<AlongAxis<S, I, E>> : std::true_type {};
+template <class X>
+struct is_along_axis : std::false_type {};
+template <class S, std::size_t I, class E>
+struct is_along_axis<AlongAxis<S, I, E>> : std::true_type {};
 /// Whether X is a lazy chain along axis I (so that a step along I joins it).
-template <class X, std::size_t I> inline constexpr bool is_chain_along = false;
-template <class S, std::size_t I, class E> inline constexpr bool is_chain_along<AlongAxis<S, I, E>, I> = true;
+template <class X, std::size_t I>
+inline constexpr bool is_chain_along = false;
+template <class S, std::size_t I, class E>
+inline constexpr bool is_chain_along<AlongAxis<S, I, E>, I> = true;
 }  // namespace detail
 
 /// A mesh tensor or a lazy transition of one.
@@ -114,8 +117,10 @@ concept MeshExpr = is_mesh_tensor_v<X> || detail::is_along_axis<X>::value;
 /// A mesh expression, evaluated.
 template <MeshExpr X>
 auto mesh_eval(const X& x) {
-  if constexpr (is_mesh_tensor_v<X>) return x;
-  else return x.evaluate();
+  if constexpr (is_mesh_tensor_v<X>)
+    return x;
+  else
+    return x.evaluate();
 }
 
 /// The plan of a lazy transition along an axis.

@@ -22,7 +22,8 @@ std::string format_local(const Tensor<T, L, Host>& x) {
   }
   // Open and close brackets where the flat index crosses a dim's boundary.
   const std::int64_t n = s.numel();
-  if (n == 0) return std::string(static_cast<std::size_t>(s.rank()), '[') + std::string(static_cast<std::size_t>(s.rank()), ']');
+  if (n == 0)
+    return std::string(static_cast<std::size_t>(s.rank()), '[') + std::string(static_cast<std::size_t>(s.rank()), ']');
   for (std::int64_t i = 0; i < n; ++i) {
     std::int64_t stride = 1;
     int opens = 0;

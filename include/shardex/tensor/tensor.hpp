@@ -58,8 +58,13 @@ public:
   /// A moved-from tensor is empty (as if default-constructed), never a
   /// handle to storage it no longer holds.
   Tensor(Tensor&& o) noexcept
-      : comm_(std::move(o.comm_)), global_(o.global_), local_(o.local_), mapping_(std::move(o.mapping_)),
-        storage_(std::move(o.storage_)), data_(std::exchange(o.data_, nullptr)), node_(std::move(o.node_)),
+      : comm_(std::move(o.comm_)),
+        global_(o.global_),
+        local_(o.local_),
+        mapping_(std::move(o.mapping_)),
+        storage_(std::move(o.storage_)),
+        data_(std::exchange(o.data_, nullptr)),
+        node_(std::move(o.node_)),
         valid_(std::exchange(o.valid_, false)) {
     o.global_ = o.local_ = Shape{};
   }
@@ -81,9 +86,10 @@ public:
   /// Evaluates a lazy expression (expr/): `Tensor<float, Replicated> y = all_gather(x);`
   /// runs the simplified plan of the expression here.
   template <class E>
-    requires(!std::same_as<std::remove_cvref_t<E>, Tensor> && requires { typename E::layout_type; } &&
-             requires(const E& e) { evaluate(e); })
-  Tensor(const E& e) : Tensor(evaluate_as_this(e)) {}  // NOLINT(google-explicit-constructor): expressions convert like Eigen's
+  requires(
+      !std::same_as<std::remove_cvref_t<E>, Tensor> && requires { typename E::layout_type; } &&
+      requires(const E& e) { evaluate(e); }) Tensor(const E& e)
+      : Tensor(evaluate_as_this(e)) {}  // NOLINT(google-explicit-constructor): expressions convert like Eigen's
 
   /// Zeros: every rank allocates its part of a tensor of global shape `global`.
   /// Collective like the transitions: the ranks agree that the shape and
@@ -143,7 +149,7 @@ public:
   /// std::span<const int64_t> of the element's index in the global tensor.
   /// Unsharded layouts (I, R, P) fill the whole tensor on every rank.
   template <class F>
-    requires std::same_as<Device, Host> && std::invocable<F&, std::span<const std::int64_t>>
+  requires std::same_as<Device, Host> && std::invocable<F&, std::span<const std::int64_t>>
   static Tensor from_function(const communicator_type& comm, const Shape& global, F&& f, mapping_type m = {}) {
     Tensor t = zeros(comm, global, std::move(m));
     const std::int64_t base = t.global_offset();
@@ -164,21 +170,19 @@ public:
   /// Uniform numbers in [lo, hi), a function of (seed, global index) only:
   /// every rank gets its part of one global random tensor, whatever the layout
   /// and the lengths (unsharded layouts get the whole tensor on every rank).
-  static Tensor uniform(const communicator_type& comm, const Shape& global, std::uint64_t seed, T lo = T(-1), T hi = T(1),
-                        mapping_type m = {})
-    requires std::same_as<Device, Host>
-  {
+  static Tensor uniform(const communicator_type& comm, const Shape& global, std::uint64_t seed, T lo = T(-1),
+                        T hi = T(1), mapping_type m = {}) requires std::same_as<Device, Host> {
     return from_function(
         comm, global,
-        [&](std::span<const std::int64_t> idx) { return lo + (hi - lo) * static_cast<T>(unit_random(seed, linear_index(global, idx))); },
+        [&](std::span<const std::int64_t> idx) {
+          return lo + (hi - lo) * static_cast<T>(unit_random(seed, linear_index(global, idx)));
+        },
         std::move(m));
   }
 
   /// Normal numbers N(mean, stddev^2), by the same rule as `uniform`.
   static Tensor normal(const communicator_type& comm, const Shape& global, std::uint64_t seed, T mean = T(0),
-                       T stddev = T(1), mapping_type m = {})
-    requires std::same_as<Device, Host>
-  {
+                       T stddev = T(1), mapping_type m = {}) requires std::same_as<Device, Host> {
     return from_function(
         comm, global, [&](std::span<const std::int64_t> idx) { return normal_at(seed, global, idx, mean, stddev); },
         std::move(m));
@@ -282,9 +286,9 @@ public:
   [[nodiscard]] bool owns_storage_alone() const noexcept { return storage_ != nullptr && storage_.use_count() == 1; }
 
   /// The lengths of a sharded layout (one per rank).
-  [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept
-    requires is_sharded_v<L>
-  { return mapping_.lengths(); }
+  [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept requires is_sharded_v<L> {
+    return mapping_.lengths();
+  }
 
   /// Where this rank's slice starts along the sharded dim (0 for unsharded layouts).
   [[nodiscard]] std::int64_t global_offset() const noexcept {
@@ -299,7 +303,7 @@ public:
 
   /// Element at a local multi-index (host only); `x()` for a 0-d tensor.
   template <std::integral... I>
-    requires std::same_as<Device, Host>
+  requires std::same_as<Device, Host>
   [[nodiscard]] T& operator()(I... idx) const {
     const std::array<std::int64_t, sizeof...(I)> ix{static_cast<std::int64_t>(idx)...};
     if (static_cast<int>(sizeof...(I)) != local_.rank())
@@ -311,9 +315,9 @@ public:
   }
 
   /// The local elements as a flat Eigen array (host only).
-  [[nodiscard]] host::ArrayMap<T> array() const
-    requires std::same_as<Device, Host>
-  { return host::ArrayMap<T>(data_, static_cast<Eigen::Index>(size())); }
+  [[nodiscard]] host::ArrayMap<T> array() const requires std::same_as<Device, Host> {
+    return host::ArrayMap<T>(data_, static_cast<Eigen::Index>(size()));
+  }
 
   /// A deep copy (owning), same layout and communicator.
   [[nodiscard]] Tensor clone() const {
@@ -338,8 +342,8 @@ public:
   [[nodiscard]] Tensor<T, L2, Device> reseat(const Comm2& comm, const Shape& global, layout_mapping<L2> m) const {
     auto t = Tensor<T, L2, Device>::adopt(comm, global, std::move(m), storage_, data_);
     if (t.local_shape() != local_)
-      throw error("shardex::Tensor::reseat on rank " + std::to_string(comm_.rank()) + ": the local shape " + local_.str() +
-                  " is not the local shape " + t.local_shape().str() + " of " + t.describe());
+      throw error("shardex::Tensor::reseat on rank " + std::to_string(comm_.rank()) + ": the local shape " +
+                  local_.str() + " is not the local shape " + t.local_shape().str() + " of " + t.describe());
     return t;
   }
 
@@ -396,8 +400,9 @@ public:
 
   /// "Tensor<float32, S(1)[1,2,3,4]> global (5, 10), local (5, 2) on rank 1 of 4"
   [[nodiscard]] std::string describe() const {
-    return std::string("Tensor<") + dtype_name<T>() + ", " + layout_name<L>() + "> global " + global_.str() + ", local " +
-           local_.str() + " on rank " + std::to_string(comm_.rank()) + " of " + std::to_string(comm_.size());
+    return std::string("Tensor<") + dtype_name<T>() + ", " + layout_name<L>() + "> global " + global_.str() +
+           ", local " + local_.str() + " on rank " + std::to_string(comm_.rank()) + " of " +
+           std::to_string(comm_.size());
   }
 
 private:
@@ -406,7 +411,8 @@ private:
     if constexpr (is_sharded_v<L>) {
       static_assert(L::dim < static_shape<E...>::rank, SHARDEX_ERR_TENSOR_NO_SHARDED_DIM);
       if constexpr (L::dim < static_shape<E...>::rank && L::has_static_lengths)
-        static_assert(L::lengths_type::sum == static_shape<E...>::values[L::dim], SHARDEX_ERR_TENSOR_STATIC_LENGTHS_SUM);
+        static_assert(L::lengths_type::sum == static_shape<E...>::values[L::dim],
+                      SHARDEX_ERR_TENSOR_STATIC_LENGTHS_SUM);
     }
   }
 
@@ -449,8 +455,10 @@ private:
 
   /// The most elements the backend's calls can carry (MPI: ints).
   static constexpr std::int64_t max_count() {
-    if constexpr (requires { communicator_type::max_count; }) return communicator_type::max_count;
-    else return INT64_MAX;
+    if constexpr (requires { communicator_type::max_count; })
+      return communicator_type::max_count;
+    else
+      return INT64_MAX;
   }
 
   /// The factories' storage, allocated between the local checks and the
@@ -490,11 +498,11 @@ private:
   /// The factories' cross-rank check (agree.hpp): a problem found on any rank
   /// (`err`, from agreed_allocation's checks), or shapes and lengths that
   /// differ across ranks, throw on every rank. Skipped inside backward.
-  static void agree_on_factory(const communicator_type& comm, const Shape& global, const mapping_type& m, const char* op,
-                               std::string err) {
+  static void agree_on_factory(const communicator_type& comm, const Shape& global, const mapping_type& m,
+                               const char* op, std::string err) {
     const auto call = [&] {
-      return std::string(op) + " on rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + " (layout " +
-             layout_name<L>() + ", global shape " + global.str() + ")";
+      return std::string(op) + " on rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) +
+             " (layout " + layout_name<L>() + ", global shape " + global.str() + ")";
     };
     if (!err.empty()) err = call() + ": " + err;
     detail::Signature sig;
@@ -514,8 +522,9 @@ private:
       return uninitialized ? Device::template allocate_uninitialized<T>(n) : Device::template allocate<T>(n);
     } catch (const std::bad_alloc&) {
       throw error(std::string(op) + " on rank " + std::to_string(comm_.rank()) + " of " + std::to_string(comm_.size()) +
-                  ": cannot allocate " + std::to_string(n) + " elements (" + std::to_string(n * std::int64_t(sizeof(T))) +
-                  " bytes) for the local shape " + local_.str() + " of global shape " + global_.str());
+                  ": cannot allocate " + std::to_string(n) + " elements (" +
+                  std::to_string(n * std::int64_t(sizeof(T))) + " bytes) for the local shape " + local_.str() +
+                  " of global shape " + global_.str());
     }
   }
 

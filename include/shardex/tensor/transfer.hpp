@@ -36,17 +36,15 @@ Tensor<T, L, To> to(const Tensor<T, L, From>& x, const typename To::communicator
     To::upload(out.data(), stage.data(), x.size());
   }
   if (x.node())
-    out.record("to", {x.node()}, [x](const Tensor<T, dual_t<L>, To>& g) {
-      x.node()->accumulate(to<From>(g, x.comm()));
-    });
+    out.record("to", {x.node()},
+               [x](const Tensor<T, dual_t<L>, To>& g) { x.node()->accumulate(to<From>(g, x.comm())); });
   return out;
 }
 
 /// To the host, with the host communicator of x's backend (for NCCL, the MPI
 /// communicator it was bootstrapped from).
 template <class To, Scalar T, LayoutTag L, class From>
-  requires std::same_as<To, Host>
-Tensor<T, L, Host> to(const Tensor<T, L, From>& x) {
+requires std::same_as<To, Host> Tensor<T, L, Host> to(const Tensor<T, L, From>& x) {
   return to<Host>(x, detail::control_of(x.comm()));
 }
 

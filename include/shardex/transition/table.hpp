@@ -76,9 +76,13 @@ const std::string& cached_layout_name() {
 /// make (the adjoint entry, its shapes, lengths and strategy): `backward`
 /// agrees once on these for its whole pass instead of once per collective.
 template <class Adjoint, class T, LayoutTag From, LayoutTag To>
-std::int64_t adjoint_signature(const Shape& shape, const layout_mapping<From>& from, const layout_mapping<To>& to, Strategy s) {
+std::int64_t adjoint_signature(const Shape& shape, const layout_mapping<From>& from, const layout_mapping<To>& to,
+                               Strategy s) {
   Signature sig;
-  sig.add(Adjoint::name).add(dtype_name<T>()).add(cached_layout_name<dual_t<To>>()).add(cached_layout_name<dual_t<From>>());
+  sig.add(Adjoint::name)
+      .add(dtype_name<T>())
+      .add(cached_layout_name<dual_t<To>>())
+      .add(cached_layout_name<dual_t<From>>());
   sig.add(static_cast<std::int64_t>(s));
   for (auto e : shape.extents()) sig.add(e);
   if constexpr (is_sharded_v<From>)
@@ -121,7 +125,10 @@ PlanStep prepare(bool agrees_across_ranks, const X& x, const layout_mapping<To>&
     return step;
   }
   Signature sig;
-  sig.add(name).add(dtype_name<typename X::value_type>()).add(cached_layout_name<typename X::layout_type>()).add(cached_layout_name<To>());
+  sig.add(name)
+      .add(dtype_name<typename X::value_type>())
+      .add(cached_layout_name<typename X::layout_type>())
+      .add(cached_layout_name<To>());
   sig.add(static_cast<std::int64_t>(step.lowering));
   for (auto e : x.shape().extents()) sig.add(e);
   if constexpr (is_sharded_v<typename X::layout_type>)
@@ -131,7 +138,8 @@ PlanStep prepare(bool agrees_across_ranks, const X& x, const layout_mapping<To>&
       for (auto l : to.lengths()) sig.add(l);
   }
   // The strategy is part of the call: name it, or a mismatch in it reads as none.
-  agree(x.comm(), err, sig, [&] { return step.communicates && err.empty() ? call() + " (strategy " + step.strategy + ")" : call(); });
+  agree(x.comm(), err, sig,
+        [&] { return step.communicates && err.empty() ? call() + " (strategy " + step.strategy + ")" : call(); });
   return step;
 }
 
@@ -151,14 +159,16 @@ struct transition<Sharded<D, Ls>, To> {
 
   static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, Ls>>& fm, const layout_mapping<To>&, Strategy s,
                        Ranks r, std::int64_t elem) {
-    const Strategy lw =
-        resolve_strategy(s, CollectiveOp::all_gather, fm.lengths(), detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
-    return detail::collective_step_of(name, lw, strategy_name(lw),
-                                      lower::all_gather_sent_bytes(lw, r.size, r.rank, DimView::of(g, D), fm.lengths(), elem, r.has_v));
+    const Strategy lw = resolve_strategy(s, CollectiveOp::all_gather, fm.lengths(), detail::row_bytes(g, D, elem),
+                                         r.has_v, pieces_along(g, D));
+    return detail::collective_step_of(
+        name, lw, strategy_name(lw),
+        lower::all_gather_sent_bytes(lw, r.size, r.rank, DimView::of(g, D), fm.lengths(), elem, r.has_v));
   }
 
   template <class T, class Dev>
-  static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s, PlanStep& ran) {
+  static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s,
+                                  PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
     ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());  // every row is received
@@ -174,17 +184,18 @@ struct transition<Partial, Sharded<D, Ls>> {
   static constexpr const char* name = "reduce_scatter";
   static constexpr bool communicates = true;
 
-  static PlanStep plan(const Shape& g, const layout_mapping<Partial>&, const layout_mapping<Sharded<D, Ls>>& tm, Strategy s,
-                       Ranks r, std::int64_t elem) {
-    const Strategy lw = resolve_strategy(s, CollectiveOp::reduce_scatter, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v,
-                                         pieces_along(g, D));
-    return detail::collective_step_of(name, lw, strategy_name(lw),
-                                      lower::reduce_scatter_sent_bytes(lw, r.size, DimView::of(g, D), tm.lengths(), elem));
+  static PlanStep plan(const Shape& g, const layout_mapping<Partial>&, const layout_mapping<Sharded<D, Ls>>& tm,
+                       Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy lw = resolve_strategy(s, CollectiveOp::reduce_scatter, tm.lengths(), detail::row_bytes(g, D, elem),
+                                         r.has_v, pieces_along(g, D));
+    return detail::collective_step_of(
+        name, lw, strategy_name(lw),
+        lower::reduce_scatter_sent_bytes(lw, r.size, DimView::of(g, D), tm.lengths(), elem));
   }
 
   template <class T, class Dev>
-  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to,
-                                              Strategy s, PlanStep& ran) {
+  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x,
+                                              const layout_mapping<Sharded<D, Ls>>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<D, Ls>>(name, x, to);
     ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // written whole by the reduction
@@ -207,7 +218,8 @@ struct transition<Partial, To> {
   }
 
   template <class T, class Dev>
-  static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s, PlanStep& ran) {
+  static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s,
+                                  PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
     ran = detail::prepare<transition>(true, x, to, s);
     // Out of place, straight into the result: no copy of x first.
@@ -224,21 +236,21 @@ struct transition<From, Sharded<D, Ls>> {
   static constexpr const char* name = "slice";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<From>&, const layout_mapping<Sharded<D, Ls>>&, Strategy, Ranks,
-                       std::int64_t) {
+  static PlanStep plan(const Shape&, const layout_mapping<From>&, const layout_mapping<Sharded<D, Ls>>&, Strategy,
+                       Ranks, std::int64_t) {
     return detail::step_of(name);
   }
 
   template <class T, class Dev>
-  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, From, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to, Strategy s,
-                                              PlanStep& ran) {
+  static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, From, Dev>& x, const layout_mapping<Sharded<D, Ls>>& to,
+                                              Strategy s, PlanStep& ran) {
     // No communication, but the lengths must be valid on every rank: the
     // ranks agree on them like a collective's (a bad one throws everywhere).
     ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // the copy writes it whole
     const DimView v = DimView::of(x.shape(), D);
-    Dev::copy(x.data(), v.rows(out.global_offset(), out.local_shape()[D]),
-              out.data(), DimView{v.outer, out.local_shape()[D], v.inner}.all());
+    Dev::copy(x.data(), v.rows(out.global_offset(), out.local_shape()[D]), out.data(),
+              DimView{v.outer, out.local_shape()[D], v.inner}.all());
     return out;
   }
 };
@@ -250,48 +262,47 @@ struct transition<Sharded<D, Ls>, Partial> {
   static constexpr const char* name = "zero_pad";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<Sharded<D, Ls>>&, const layout_mapping<Partial>&, Strategy, Ranks,
-                       std::int64_t) {
+  static PlanStep plan(const Shape&, const layout_mapping<Sharded<D, Ls>>&, const layout_mapping<Partial>&, Strategy,
+                       Ranks, std::int64_t) {
     return detail::step_of(name);
   }
 
   template <class T, class Dev>
-  static Tensor<T, Partial, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<Partial>& to, Strategy s,
-                                       PlanStep& ran) {
+  static Tensor<T, Partial, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<Partial>& to,
+                                       Strategy s, PlanStep& ran) {
     ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     auto out = Tensor<T, Partial, Dev>::zeroed(x.comm(), x.shape());
     const DimView v = DimView::of(x.shape(), D);
-    Dev::copy(x.data(), DimView{v.outer, x.local_shape()[D], v.inner}.all(),
-              out.data(), v.rows(x.global_offset(), x.local_shape()[D]));
+    Dev::copy(x.data(), DimView{v.outer, x.local_shape()[D], v.inner}.all(), out.data(),
+              v.rows(x.global_offset(), x.local_shape()[D]));
     return out;
   }
 };
 
 // ---- all_to_all: S(c) -> S(s), c != s ----------------------------------------
 template <int C, class Lc, int S, class Ls>
-  requires(C != S)
-struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
+requires(C != S) struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
   static constexpr bool exists = true;
   static constexpr const char* name = "all_to_all";
   static constexpr bool communicates = true;
 
-  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<C, Lc>>& fm, const layout_mapping<Sharded<S, Ls>>& tm,
-                       Strategy s, Ranks r, std::int64_t elem) {
-    const Strategy lw = resolve_strategy(s, CollectiveOp::all_to_all, tm.lengths(), detail::row_bytes(g, S, elem), r.has_v,
-                                         pieces_along(g, std::max(C, S)));
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<C, Lc>>& fm,
+                       const layout_mapping<Sharded<S, Ls>>& tm, Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy lw = resolve_strategy(s, CollectiveOp::all_to_all, tm.lengths(), detail::row_bytes(g, S, elem),
+                                         r.has_v, pieces_along(g, std::max(C, S)));
     return detail::collective_step_of(name, lw, strategy_name(lw),
                                       lower::all_to_all_sent_bytes(lw, r.size, r.rank, local_shape(g, fm, r.rank), C, S,
                                                                    fm.lengths(), tm.lengths(), elem, r.has_v));
   }
 
   template <class T, class Dev>
-  static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x, const layout_mapping<Sharded<S, Ls>>& to,
-                                              Strategy s, PlanStep& ran) {
+  static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x,
+                                              const layout_mapping<Sharded<S, Ls>>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<S, Ls>>(name, x, to);
     ran = detail::prepare<transition>(true, x, to, s);
     auto out = Tensor<T, Sharded<S, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // every piece is received
-    lower::all_to_all<Dev>(ran.lowering, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S, x.lengths(),
-                           to.lengths());
+    lower::all_to_all<Dev>(ran.lowering, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S,
+                           x.lengths(), to.lengths());
     return out;
   }
 };
@@ -303,14 +314,14 @@ struct transition<Invariant, Replicated> {
   static constexpr const char* name = "replicate";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<Invariant>&, const layout_mapping<Replicated>&, Strategy, Ranks,
-                       std::int64_t) {
+  static PlanStep plan(const Shape&, const layout_mapping<Invariant>&, const layout_mapping<Replicated>&, Strategy,
+                       Ranks, std::int64_t) {
     return detail::step_of(name);
   }
 
   template <class T, class Dev>
-  static Tensor<T, Replicated, Dev> apply(const Tensor<T, Invariant, Dev>& x, const layout_mapping<Replicated>& to, Strategy s,
-                                          PlanStep& ran) {
+  static Tensor<T, Replicated, Dev> apply(const Tensor<T, Invariant, Dev>& x, const layout_mapping<Replicated>& to,
+                                          Strategy s, PlanStep& ran) {
     ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     return x.template relabel<Replicated>();
   }
@@ -324,10 +335,10 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
   static constexpr bool communicates = true;
 
   /// To the same lengths the step moves nothing (`moves` false): it is not run.
-  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, La>>& fm, const layout_mapping<Sharded<D, Lb>>& tm,
-                       Strategy s, Ranks r, std::int64_t elem) {
-    const Strategy lw =
-        resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, La>>& fm,
+                       const layout_mapping<Sharded<D, Lb>>& tm, Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy lw = resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v,
+                                         pieces_along(g, D));
     const bool moves = !std::ranges::equal(fm.lengths(), tm.lengths());
     PlanStep step = detail::collective_step_of(
         name, lw, strategy_name(lw),
@@ -337,8 +348,8 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
   }
 
   template <class T, class Dev>
-  static Tensor<T, Sharded<D, Lb>, Dev> apply(const Tensor<T, Sharded<D, La>, Dev>& x, const layout_mapping<Sharded<D, Lb>>& to,
-                                              Strategy s, PlanStep& ran) {
+  static Tensor<T, Sharded<D, Lb>, Dev> apply(const Tensor<T, Sharded<D, La>, Dev>& x,
+                                              const layout_mapping<Sharded<D, Lb>>& to, Strategy s, PlanStep& ran) {
     if constexpr (std::same_as<La, Lb> && is_static_lengths_v<La>) {
       ran = detail::step_of(name);  // the same static lengths: nothing to do
       ran.moves = false;
@@ -358,13 +369,13 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
 
 // ---- identity: L -> L for the unsharded layouts --------------------------------------
 template <LayoutTag L>
-  requires(!is_sharded_v<L>)
-struct transition<L, L> {
+requires(!is_sharded_v<L>) struct transition<L, L> {
   static constexpr bool exists = true;
   static constexpr const char* name = "identity";
   static constexpr bool communicates = false;
 
-  static PlanStep plan(const Shape&, const layout_mapping<L>&, const layout_mapping<L>&, Strategy, Ranks, std::int64_t) {
+  static PlanStep plan(const Shape&, const layout_mapping<L>&, const layout_mapping<L>&, Strategy, Ranks,
+                       std::int64_t) {
     PlanStep step = detail::step_of(name);
     step.moves = false;
     return step;
@@ -382,7 +393,8 @@ struct transition<L, L> {
 /// If x is differentiable, the result records the backward rule, which is the
 /// entry `adjoint_t<From, To>` of the same table, run with the same strategy.
 template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
-Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {}, Strategy s = Strategy::automatic) {
+Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {},
+                           Strategy s = Strategy::automatic) {
   static_assert(has_transition_v<From, To>, SHARDEX_ERR_TRANSIT_NO_ENTRY);
   using entry = transition<From, To>;
   trace::Span span(entry::communicates ? "collective" : "local", entry::name);
@@ -417,19 +429,22 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
 // README, "Compile time".)
 
 /// X(T, From, To) for every host entry with dynamic lengths along dims 0-3.
-#define SHARDEX_HOST_TRANSITIONS_ALONG(X, T, D)                                                                       \
-  X(T, Sharded<D>, Replicated) X(T, Sharded<D>, Invariant) X(T, Partial, Sharded<D>) X(T, Replicated, Sharded<D>) \
-  X(T, Invariant, Sharded<D>) X(T, Sharded<D>, Partial) X(T, Sharded<D>, Sharded<D>)
-#define SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, C, S1, S2, S3) X(T, Sharded<C>, Sharded<S1>) X(T, Sharded<C>, Sharded<S2>) X(T, Sharded<C>, Sharded<S3>)
-#define SHARDEX_HOST_TRANSITIONS(X, T)                                                                              \
-  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 0) SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 1) SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 2) \
-  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 3)                                                                           \
-  SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 0, 1, 2, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 1, 0, 2, 3)                      \
-  SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 2, 0, 1, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 3, 0, 1, 2)                      \
-  X(T, Partial, Replicated) X(T, Partial, Invariant) X(T, Invariant, Replicated) X(T, Invariant, Invariant)        \
-  X(T, Replicated, Replicated) X(T, Partial, Partial)
+#define SHARDEX_HOST_TRANSITIONS_ALONG(X, T, D)                                                                  \
+  X(T, Sharded<D>, Replicated)                                                                                   \
+  X(T, Sharded<D>, Invariant) X(T, Partial, Sharded<D>) X(T, Replicated, Sharded<D>) X(T, Invariant, Sharded<D>) \
+      X(T, Sharded<D>, Partial) X(T, Sharded<D>, Sharded<D>)
+#define SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, C, S1, S2, S3) \
+  X(T, Sharded<C>, Sharded<S1>) X(T, Sharded<C>, Sharded<S2>) X(T, Sharded<C>, Sharded<S3>)
+#define SHARDEX_HOST_TRANSITIONS(X, T)                                                                          \
+  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 0)                                                                       \
+  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 1) SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 2)                               \
+      SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 0, 1, 2, 3)                    \
+          SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 1, 0, 2, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 2, 0, 1, 3)         \
+              SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 3, 0, 1, 2) X(T, Partial, Replicated) X(T, Partial, Invariant) \
+                  X(T, Invariant, Replicated) X(T, Invariant, Invariant) X(T, Replicated, Replicated)           \
+                      X(T, Partial, Partial)
 
-#define SHARDEX_TRANSIT_SIGNATURE(T, From, To)                                                                          \
+#define SHARDEX_TRANSIT_SIGNATURE(T, From, To) \
   Tensor<T, To, Host> transit<To, T, From, Host>(const Tensor<T, From, Host>&, const layout_mapping<To>&, Strategy);
 #define SHARDEX_EXTERN_TRANSIT(T, From, To) extern template SHARDEX_TRANSIT_SIGNATURE(T, From, To)
 

@@ -48,5 +48,4 @@ using adjoint_t = transition<dual_t<To>, dual_t<From>>;
 template <class L>
 concept WholeLayout = std::same_as<L, Replicated> || std::same_as<L, Invariant>;
 
-
 }  // namespace shardex

@@ -51,21 +51,40 @@ enum class Dtype { f32, f64, i64, i8 };
 constexpr std::int64_t dtype_bytes(Dtype t) { return t == Dtype::f64 || t == Dtype::i64 ? 8 : t == Dtype::f32 ? 4 : 1; }
 
 /// The Dtype of T: float, double, std::int64_t, or char (bytes, as `i8`).
-template <class T> constexpr Dtype dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return Dtype::f32;
-  else if constexpr (std::is_same_v<T, double>) return Dtype::f64;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return Dtype::i64;
-  else if constexpr (std::is_same_v<T, char>) return Dtype::i8;
-  else static_assert(sizeof(T) == 0, SHARDEX_ERR_MPI_ELEMENT_TYPE);
+template <class T>
+constexpr Dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return Dtype::f32;
+  else if constexpr (std::is_same_v<T, double>)
+    return Dtype::f64;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return Dtype::i64;
+  else if constexpr (std::is_same_v<T, char>)
+    return Dtype::i8;
+  else
+    static_assert(sizeof(T) == 0, SHARDEX_ERR_MPI_ELEMENT_TYPE);
 }
 
 #if SHARDEX_WITH_MPI
 /// The MPI datatype of T (float, double, int64_t, char).
-template <class T> MPI_Datatype datatype();
-template <> inline MPI_Datatype datatype<float>() { return MPI_FLOAT; }
-template <> inline MPI_Datatype datatype<double>() { return MPI_DOUBLE; }
-template <> inline MPI_Datatype datatype<std::int64_t>() { return MPI_INT64_T; }
-template <> inline MPI_Datatype datatype<char>() { return MPI_CHAR; }
+template <class T>
+MPI_Datatype datatype();
+template <>
+inline MPI_Datatype datatype<float>() {
+  return MPI_FLOAT;
+}
+template <>
+inline MPI_Datatype datatype<double>() {
+  return MPI_DOUBLE;
+}
+template <>
+inline MPI_Datatype datatype<std::int64_t>() {
+  return MPI_INT64_T;
+}
+template <>
+inline MPI_Datatype datatype<char>() {
+  return MPI_CHAR;
+}
 
 /// Throws backend_error("<what>: <MPI error string>") if rc is not MPI_SUCCESS.
 void check(int rc, const char* what);
@@ -89,11 +108,23 @@ public:
   Group& operator=(const Group&) = delete;
   ~Group();
 
-  template <class T> void broadcast(T* buf, std::int64_t count, int root) { broadcast_raw(buf, count, dtype_of<T>(), root); }
+  template <class T>
+  void broadcast(T* buf, std::int64_t count, int root) {
+    broadcast_raw(buf, count, dtype_of<T>(), root);
+  }
   /// Sum of every rank's `send` into `recv` on `root` (recv is ignored elsewhere).
-  template <class T> void reduce(const T* send, T* recv, std::int64_t count, int root) { reduce_raw(send, recv, count, dtype_of<T>(), root); }
-  template <class T> void send(const T* buf, std::int64_t count, int peer) { send_raw(buf, count, dtype_of<T>(), peer); }
-  template <class T> void recv(T* buf, std::int64_t count, int peer) { recv_raw(buf, count, dtype_of<T>(), peer); }
+  template <class T>
+  void reduce(const T* send, T* recv, std::int64_t count, int root) {
+    reduce_raw(send, recv, count, dtype_of<T>(), root);
+  }
+  template <class T>
+  void send(const T* buf, std::int64_t count, int peer) {
+    send_raw(buf, count, dtype_of<T>(), peer);
+  }
+  template <class T>
+  void recv(T* buf, std::int64_t count, int peer) {
+    recv_raw(buf, count, dtype_of<T>(), peer);
+  }
   void end();
 
 private:
@@ -143,13 +174,31 @@ public:
   void barrier() const;
 
   // Equal-count collectives. `count` is per rank.
-  template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, dtype_of<T>()); }
-  template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, dtype_of<T>()); }
-  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, buf, count, dtype_of<T>()); }
+  template <class T>
+  void all_gather(const T* send, T* recv, std::int64_t count) const {
+    all_gather_raw(send, recv, count, dtype_of<T>());
+  }
+  template <class T>
+  void reduce_scatter(const T* send, T* recv, std::int64_t count) const {
+    reduce_scatter_raw(send, recv, count, dtype_of<T>());
+  }
+  template <class T>
+  void all_reduce(T* buf, std::int64_t count) const {
+    all_reduce_raw(buf, buf, count, dtype_of<T>());
+  }
   /// The sum over ranks of every rank's `send` into `recv` (out of place: no copy first).
-  template <class T> void all_reduce(const T* send, T* recv, std::int64_t count) const { all_reduce_raw(send, recv, count, dtype_of<T>()); }
-  template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, dtype_of<T>()); }
-  template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, dtype_of<T>(), root); }
+  template <class T>
+  void all_reduce(const T* send, T* recv, std::int64_t count) const {
+    all_reduce_raw(send, recv, count, dtype_of<T>());
+  }
+  template <class T>
+  void all_to_all(const T* send, T* recv, std::int64_t count) const {
+    all_to_all_raw(send, recv, count, dtype_of<T>());
+  }
+  template <class T>
+  void broadcast(T* buf, std::int64_t count, int root) const {
+    broadcast_raw(buf, count, dtype_of<T>(), root);
+  }
 
   /// The most elements one call can move: MPI's counts are ints (2^31-1).
   /// Tensor factories refuse a local part larger than this before allocating.
@@ -171,8 +220,9 @@ public:
     reduce_scatter_v_raw(send, recv, counts, dtype_of<T>());
   }
   template <class T>
-  void all_to_all_v(const T* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs, T* recv,
-                    std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) const {
+  void all_to_all_v(const T* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
+                    T* recv, std::span<const std::int64_t> recv_counts,
+                    std::span<const std::int64_t> recv_displs) const {
     all_to_all_v_raw(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype_of<T>());
   }
 
@@ -202,9 +252,11 @@ private:
   void all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
                         std::span<const std::int64_t> displs, Dtype t) const;
   void reduce_scatter_v_raw(const void* send, void* recv, std::span<const std::int64_t> counts, Dtype t) const;
-  void exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from, Dtype t) const;
-  void all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
-                        void* recv, std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
+  void exchange_blocks_raw(const void* send, std::span<const Block> to, void* recv, std::span<const Block> from,
+                           Dtype t) const;
+  void all_to_all_v_raw(const void* send, std::span<const std::int64_t> send_counts,
+                        std::span<const std::int64_t> send_displs, void* recv,
+                        std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs,
                         Dtype t) const;
 
   std::shared_ptr<Handle> handle_;

@@ -38,10 +38,20 @@
 namespace shardex::nccl {
 
 /// The NCCL datatype of T (float, double, int64_t).
-template <class T> constexpr ncclDataType_t datatype();
-template <> constexpr ncclDataType_t datatype<float>() { return ncclFloat32; }
-template <> constexpr ncclDataType_t datatype<double>() { return ncclFloat64; }
-template <> constexpr ncclDataType_t datatype<std::int64_t>() { return ncclInt64; }
+template <class T>
+constexpr ncclDataType_t datatype();
+template <>
+constexpr ncclDataType_t datatype<float>() {
+  return ncclFloat32;
+}
+template <>
+constexpr ncclDataType_t datatype<double>() {
+  return ncclFloat64;
+}
+template <>
+constexpr ncclDataType_t datatype<std::int64_t>() {
+  return ncclInt64;
+}
 
 struct Options {
   /// The GPU of this rank; -1 picks the node-local rank's GPU.
@@ -72,11 +82,23 @@ public:
   /// wait for calls this rank never finished issuing).
   ~Group();
 
-  template <class T> void broadcast(T* buf, std::int64_t count, int root) { broadcast_raw(buf, count, datatype<T>(), root); }
+  template <class T>
+  void broadcast(T* buf, std::int64_t count, int root) {
+    broadcast_raw(buf, count, datatype<T>(), root);
+  }
   /// Sum of every rank's `send` into `recv` on `root`.
-  template <class T> void reduce(const T* send, T* recv, std::int64_t count, int root) { reduce_raw(send, recv, count, datatype<T>(), root); }
-  template <class T> void send(const T* buf, std::int64_t count, int peer) { send_raw(buf, count, datatype<T>(), peer); }
-  template <class T> void recv(T* buf, std::int64_t count, int peer) { recv_raw(buf, count, datatype<T>(), peer); }
+  template <class T>
+  void reduce(const T* send, T* recv, std::int64_t count, int root) {
+    reduce_raw(send, recv, count, datatype<T>(), root);
+  }
+  template <class T>
+  void send(const T* buf, std::int64_t count, int peer) {
+    send_raw(buf, count, datatype<T>(), peer);
+  }
+  template <class T>
+  void recv(T* buf, std::int64_t count, int peer) {
+    recv_raw(buf, count, datatype<T>(), peer);
+  }
   void end();
 
 private:
@@ -117,12 +139,30 @@ public:
   [[nodiscard]] bool aborted() const noexcept;
 
   // Equal-count collectives on device buffers. `count` is per rank.
-  template <class T> void all_gather(const T* send, T* recv, std::int64_t count) const { all_gather_raw(send, recv, count, datatype<T>()); }
-  template <class T> void reduce_scatter(const T* send, T* recv, std::int64_t count) const { reduce_scatter_raw(send, recv, count, datatype<T>()); }
-  template <class T> void all_reduce(T* buf, std::int64_t count) const { all_reduce_raw(buf, buf, count, datatype<T>()); }
-  template <class T> void all_reduce(const T* send, T* recv, std::int64_t count) const { all_reduce_raw(send, recv, count, datatype<T>()); }
-  template <class T> void all_to_all(const T* send, T* recv, std::int64_t count) const { all_to_all_raw(send, recv, count, datatype<T>()); }
-  template <class T> void broadcast(T* buf, std::int64_t count, int root) const { broadcast_raw(buf, count, datatype<T>(), root); }
+  template <class T>
+  void all_gather(const T* send, T* recv, std::int64_t count) const {
+    all_gather_raw(send, recv, count, datatype<T>());
+  }
+  template <class T>
+  void reduce_scatter(const T* send, T* recv, std::int64_t count) const {
+    reduce_scatter_raw(send, recv, count, datatype<T>());
+  }
+  template <class T>
+  void all_reduce(T* buf, std::int64_t count) const {
+    all_reduce_raw(buf, buf, count, datatype<T>());
+  }
+  template <class T>
+  void all_reduce(const T* send, T* recv, std::int64_t count) const {
+    all_reduce_raw(send, recv, count, datatype<T>());
+  }
+  template <class T>
+  void all_to_all(const T* send, T* recv, std::int64_t count) const {
+    all_to_all_raw(send, recv, count, datatype<T>());
+  }
+  template <class T>
+  void broadcast(T* buf, std::int64_t count, int root) const {
+    broadcast_raw(buf, count, datatype<T>(), root);
+  }
 
   static constexpr bool has_v_collectives = false;
 

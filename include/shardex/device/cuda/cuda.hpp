@@ -125,8 +125,10 @@ struct Cuda {
   template <class T>
   static void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
     // One output (sum over everything): one block's reduction, not one thread's loop.
-    if (outer * inner == 1) cuda::kernels::sum(in, extent, out, cuda::compute_stream());
-    else cuda::kernels::sum_middle(in, out, outer, extent, inner, cuda::compute_stream());
+    if (outer * inner == 1)
+      cuda::kernels::sum(in, extent, out, cuda::compute_stream());
+    else
+      cuda::kernels::sum_middle(in, out, outer, extent, inner, cuda::compute_stream());
   }
   template <class T>
   static void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {

@@ -13,27 +13,34 @@
 
 namespace shardex::cuda::kernels {
 
-template <class T> void fill(T* p, std::int64_t n, T v, cudaStream_t s);
+template <class T>
+void fill(T* p, std::int64_t n, T v, cudaStream_t s);
 /// y += alpha * x
-template <class T> void axpy(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s);
+template <class T>
+void axpy(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s);
 /// y = alpha * x (y may be x)
 /// `batch` matrices of m x n with row stride ld, `stride` apart: c *= beta (0: set to zero).
 template <class T>
-void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride, std::int64_t batch, T beta,
-                    cudaStream_t s);
+void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride, std::int64_t batch,
+                    T beta, cudaStream_t s);
 /// *out = sum of x[0, n), in one block, in a fixed order (deterministic).
-template <class T> void sum(const T* x, std::int64_t n, T* out, cudaStream_t s);
-template <class T> void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+template <class T>
+void sum(const T* x, std::int64_t n, T* out, cudaStream_t s);
+template <class T>
+void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 template <class T>
 void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner, cudaStream_t s);
 template <class T>
 void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner, cudaStream_t s);
-template <class T> void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+template <class T>
+void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 template <class T>
 void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale, cudaStream_t s);
 /// out[i] = program.value_at(i) for i < n.
-template <class T> void fused_forward(const FusedProgram<T>& program, T* out, std::int64_t n, cudaStream_t s);
+template <class T>
+void fused_forward(const FusedProgram<T>& program, T* out, std::int64_t n, cudaStream_t s);
 /// program.backprop_at(i, g[i]) for i < n (atomic adds into broadcast leaves).
-template <class T> void fused_backward(const FusedProgram<T>& program, const T* g, std::int64_t n, cudaStream_t s);
+template <class T>
+void fused_backward(const FusedProgram<T>& program, const T* g, std::int64_t n, cudaStream_t s);
 
 }  // namespace shardex::cuda::kernels

@@ -16,7 +16,9 @@
 
 namespace shardex::host {
 
-template <class T> using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T> using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 }  // namespace shardex::host

@@ -84,7 +84,8 @@ struct Host {
       return;
     }
     for (std::int64_t r = 0; r < from.rows; ++r)
-      std::memcpy(dst + to.offset + r * to.stride, src + from.offset + r * from.stride, static_cast<std::size_t>(from.run) * sizeof(T));
+      std::memcpy(dst + to.offset + r * to.stride, src + from.offset + r * from.stride,
+                  static_cast<std::size_t>(from.run) * sizeof(T));
   }
 
   /// Batched row-major products through Eigen (see GemmShape).
@@ -148,15 +149,21 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   Eigen::setNbThreads(host::threads());
   for (std::int64_t i = 0; i < g.batch; ++i) {
     Eigen::Map<M, 0, Stride> C(c + i * g.stride_c, ix(g.m), ix(g.n), Stride(ix(g.ldc)));
-    if (beta == T(0)) C.setZero();
-    else if (beta != T(1)) C *= beta;
+    if (beta == T(0))
+      C.setZero();
+    else if (beta != T(1))
+      C *= beta;
     if (g.k == 0) continue;
     Eigen::Map<const M, 0, Stride> A(a + i * g.stride_a, ix(g.ta ? g.k : g.m), ix(g.ta ? g.m : g.k), Stride(ix(g.lda)));
     Eigen::Map<const M, 0, Stride> B(b + i * g.stride_b, ix(g.tb ? g.n : g.k), ix(g.tb ? g.k : g.n), Stride(ix(g.ldb)));
-    if (g.ta && g.tb) C.noalias() += alpha * A.transpose() * B.transpose();
-    else if (g.ta) C.noalias() += alpha * A.transpose() * B;
-    else if (g.tb) C.noalias() += alpha * A * B.transpose();
-    else C.noalias() += alpha * A * B;
+    if (g.ta && g.tb)
+      C.noalias() += alpha * A.transpose() * B.transpose();
+    else if (g.ta)
+      C.noalias() += alpha * A.transpose() * B;
+    else if (g.tb)
+      C.noalias() += alpha * A * B.transpose();
+    else
+      C.noalias() += alpha * A * B;
   }
 }
 
