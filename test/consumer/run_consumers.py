@@ -117,13 +117,13 @@ def main():
         ok &= build_and_run("meson via pkg-config", d, ["meson", "setup", os.path.join(d, "b"), d],
                             ["meson", "compile", "-C", os.path.join(d, "b")], os.path.join(d, "b", "app"),
                             {"PKG_CONFIG_PATH": pcdir})
-        # 2. CMake + find_package (scripts/shardex installs cmake; a build by hand may lack it).
+        # 2. CMake + find_package, with the Ninja generator (ninja is there for Meson; make may not be).
         d = project("cmake", {"CMakeLists.txt": open(os.path.join(HERE, "cmake", "CMakeLists.txt")).read()})
         if shutil.which("cmake") is None:
             print("SKIP cmake via find_package: cmake is not installed (apt-get install cmake)")
         else:
           ok &= build_and_run("cmake via find_package", d,
-                              ["cmake", "-S", d, "-B", os.path.join(d, "b"), f"-DCMAKE_PREFIX_PATH={prefix}"],
+                              ["cmake", "-G", "Ninja", "-S", d, "-B", os.path.join(d, "b"), f"-DCMAKE_PREFIX_PATH={prefix}"],
                               ["cmake", "--build", os.path.join(d, "b")], os.path.join(d, "b", "app"), {})
         # 3. Meson subproject, README's snippet verbatim, in a project without cpp_std.
         d = project("subproject", {"meson.build": "project('app', 'cpp')\n" + readme_snippet(root)})
