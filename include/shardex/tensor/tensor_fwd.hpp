@@ -13,6 +13,7 @@ template <class T>
 concept Scalar = std::same_as<T, float> || std::same_as<T, double>;
 
 template <class T>
+/// "float32" or "float64": the name of T in messages and files.
 constexpr const char* dtype_name() {
   return std::same_as<T, float> ? "float32" : "float64";
 }
@@ -20,6 +21,7 @@ constexpr const char* dtype_name() {
 struct Host;
 
 template <Scalar T, LayoutTag L, class Device = Host>
+/// The tensor (defined in tensor/tensor.hpp); Device defaults to Host.
 class Tensor;
 
 }  // namespace shardex
