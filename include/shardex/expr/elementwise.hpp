@@ -30,6 +30,8 @@ namespace shardex {
 /// Marks an operand broadcast along the last dim of the other operand (a bias).
 template <TensorExpr E>
 struct BroadcastLast {
+  ///@{
+  /// The TensorExpr interface: the operand's, whose layout is checked by rules::bias.
   using value_type = typename E::value_type;
   using layout_type = typename E::layout_type;
   using device_type = typename E::device_type;
@@ -37,6 +39,7 @@ struct BroadcastLast {
   [[nodiscard]] Shape shape() const { return arg.shape(); }
   [[nodiscard]] decltype(auto) mapping() const { return arg.mapping(); }
   [[nodiscard]] decltype(auto) comm() const { return arg.comm(); }
+  ///@}
 };
 
 namespace detail {
@@ -85,15 +88,23 @@ struct elementwise_layout_of<ops::Add, A, BroadcastLast<B>> {
 }  // namespace detail
 
 template <class Op, TensorExpr... Args>
+/// @brief The node of a fused element-wise expression: `Op` (an operation of
+/// device/elementwise_ops.hpp) applied to `Args...`, whose result layout is
+/// given by the rule of the operation (expr/rules.hpp).
 class Elementwise {
   using First = std::tuple_element_t<0, std::tuple<Args...>>;
 
 public:
+  ///@{
+  /// The TensorExpr interface: the operands' element type and device, the
+  /// layout of the operation's rule, the first operand's shape and
+  /// communicator, the first sharded operand's mapping.
   using value_type = typename First::value_type;
   using device_type = typename First::device_type;
   using layout_type = typename detail::elementwise_layout_of<Op, Args...>::type;
   static_assert((std::same_as<typename Args::value_type, value_type> && ...), SHARDEX_ERR_ELEMENTWISE_MIXED_TYPES);
 
+  /// The node of `op` on `args` (the operators and functions below build it).
   Elementwise(Op op, Args... args) : op_(op), args_(std::move(args)...) {}
 
   [[nodiscard]] Shape shape() const { return std::get<0>(args_).shape(); }
@@ -106,8 +117,10 @@ public:
       return {};
     }
   }
+  /// The operation (with its constant, for Scale and Shift), and the operands.
   [[nodiscard]] const Op& op() const noexcept { return op_; }
   [[nodiscard]] const std::tuple<Args...>& args() const noexcept { return args_; }
+  ///@}
 
 private:
   template <class A, class... Rest>
@@ -125,22 +138,28 @@ private:
 
 // ---- building expressions ----------------------------------------------------
 template <TensorExpr A, TensorExpr B>
+/// a + b, element by element (rules::add: same layout).
 auto operator+(const A& a, const B& b) {
   return Elementwise<ops::Add, A, B>(ops::Add{}, a, b);
 }
 template <TensorExpr A, TensorExpr B>
+/// a - b, element by element (rules::add).
 auto operator-(const A& a, const B& b) {
   return Elementwise<ops::Sub, A, B>(ops::Sub{}, a, b);
 }
 template <TensorExpr A, TensorExpr B>
+/// a * b, element by element (rules::mul: no P * P).
 auto operator*(const A& a, const B& b) {
   return Elementwise<ops::Mul, A, B>(ops::Mul{}, a, b);
 }
 template <TensorExpr A>
+/// -a (linear: any layout).
 auto operator-(const A& a) {
   return Elementwise<ops::Neg, A>(ops::Neg{}, a);
 }
 template <TensorExpr A>
+///@{
+/// a * c, a / c, scale(a, c) (linear: any layout).
 auto operator*(const A& a, double c) {
   return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
 }
@@ -154,9 +173,13 @@ auto operator/(const A& a, double c) {
 }
 template <TensorExpr A>
 auto scale(const A& a, double c) {
+  ///@}
   return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
 }
 template <TensorExpr A>
+///@{
+/// a + c, c + a, a - c, c - a (rules::shift: not on a Partial tensor, which
+/// would add c once per rank).
 auto operator+(const A& a, double c) {
   return Elementwise<ops::Shift, A>(ops::Shift{c}, a);
 }
@@ -170,45 +193,57 @@ auto operator-(const A& a, double c) {
 }
 template <TensorExpr A>
 auto operator-(double c, const A& a) {
+  ///@}
   return -a + c;
 }
 template <TensorExpr A>
+/// GeLU, tanh approximation (ops::Gelu). Like every non-linear function
+/// below, refused on a Partial tensor (rules::nonlinear).
 auto gelu(const A& a) {
   return Elementwise<ops::Gelu, A>(ops::Gelu{}, a);
 }
 template <TensorExpr A>
+/// max(a, 0).
 auto relu(const A& a) {
   return Elementwise<ops::Relu, A>(ops::Relu{}, a);
 }
 template <TensorExpr A>
+/// tanh(a) (math::tanh).
 auto tanh(const A& a) {
   return Elementwise<ops::Tanh, A>(ops::Tanh{}, a);
 }
 template <TensorExpr A>
+/// e^a.
 auto exp(const A& a) {
   return Elementwise<ops::Exp, A>(ops::Exp{}, a);
 }
 template <TensorExpr A, TensorExpr B>
+/// a / b, element by element (rules::div: the divisor cannot be Partial).
 auto operator/(const A& a, const B& b) {
   return Elementwise<ops::Div, A, B>(ops::Div{}, a, b);
 }
 template <TensorExpr A>
+/// The square root.
 auto sqrt(const A& a) {
   return Elementwise<ops::Sqrt, A>(ops::Sqrt{}, a);
 }
 template <TensorExpr A>
+/// 1 / sqrt(a) (a layer norm's scale).
 auto rsqrt(const A& a) {
   return Elementwise<ops::Rsqrt, A>(ops::Rsqrt{}, a);
 }
 template <TensorExpr A>
+/// The natural logarithm.
 auto log(const A& a) {
   return Elementwise<ops::Log, A>(ops::Log{}, a);
 }
 template <TensorExpr A>
+/// 1 / (1 + e^-a), computed without overflow.
 auto sigmoid(const A& a) {
   return Elementwise<ops::Sigmoid, A>(ops::Sigmoid{}, a);
 }
 template <TensorExpr A>
+/// a * sigmoid(a) (SwiGLU's gate).
 auto silu(const A& a) {
   return Elementwise<ops::Silu, A>(ops::Silu{}, a);
 }
@@ -386,6 +421,9 @@ auto bind(const E& e) {
 }  // namespace detail
 
 template <class Op, TensorExpr... Args>
+/// Runs the tree in one pass over the local elements (operands that are not
+/// element-wise evaluated first), and records one node whose backward is one
+/// more pass.
 auto evaluate(const Elementwise<Op, Args...>& e) {
   using T = typename Elementwise<Op, Args...>::value_type;
   using L = typename Elementwise<Op, Args...>::layout_type;
