@@ -174,7 +174,7 @@ template <MeshAxis A, ShardedLayout To, MeshExpr X>
 auto slice(const X& x, layout_mapping<To> to = lengths_from_type<To>()) {
   return along_axis<A>(x, [&](const auto& v) { return slice<To>(v, to); });
 }
-/// Sharded<C> -> Sharded<S> along A.
+/// `Sharded<C>` -> `Sharded<S>` along A.
 template <MeshAxis A, ShardedLayout To, MeshExpr X>
 auto all_to_all(const X& x, layout_mapping<To> to = lengths_from_type<To>(), Strategy s = Strategy::automatic) {
   return along_axis<A>(x, [&](const auto& v) { return all_to_all<To>(v, to, s); });
