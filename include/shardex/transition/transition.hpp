@@ -31,10 +31,12 @@ namespace shardex {
 /// transition/table.hpp).
 template <LayoutTag From, LayoutTag To>
 struct transition {
+  /// False: no entry. Every entry of the table says true.
   static constexpr bool exists = false;
 };
 
 template <class From, class To>
+/// Whether the table has an entry From -> To.
 inline constexpr bool has_transition_v = transition<From, To>::exists;
 
 /// The backward of `From -> To`: the entry `dual(To) -> dual(From)`.
