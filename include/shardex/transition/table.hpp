@@ -491,21 +491,20 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
 // README, "Compile time".)
 
 /// X(T, From, To) for every host entry with dynamic lengths along dims 0-3.
-#define SHARDEX_HOST_TRANSITIONS_ALONG(X, T, D)                                                                \
-  X(T, Sharded<D>, Replicated)                                                                                 \
-  X(T, Sharded<D>, Invariant)                                                                                  \
-  X(T, Partial, Sharded<D>) X(T, Replicated, Sharded<D>) X(T, Invariant, Sharded<D>) X(T, Sharded<D>, Partial) \
-      X(T, Sharded<D>, Sharded<D>)
+#define SHARDEX_HOST_TRANSITIONS_ALONG(X, T, D)                                                                  \
+  X(T, Sharded<D>, Replicated)                                                                                   \
+  X(T, Sharded<D>, Invariant) X(T, Partial, Sharded<D>) X(T, Replicated, Sharded<D>) X(T, Invariant, Sharded<D>) \
+      X(T, Sharded<D>, Partial) X(T, Sharded<D>, Sharded<D>)
 #define SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, C, S1, S2, S3) \
   X(T, Sharded<C>, Sharded<S1>) X(T, Sharded<C>, Sharded<S2>) X(T, Sharded<C>, Sharded<S3>)
-#define SHARDEX_HOST_TRANSITIONS(X, T)                                                                  \
-  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 0)                                                               \
-  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 1)                                                               \
-  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 2) SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 3)                       \
-      SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 0, 1, 2, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 1, 0, 2, 3)     \
-          SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 2, 0, 1, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 3, 0, 1, 2) \
-              X(T, Partial, Replicated) X(T, Partial, Invariant) X(T, Invariant, Replicated)            \
-                  X(T, Invariant, Invariant) X(T, Replicated, Replicated) X(T, Partial, Partial)
+#define SHARDEX_HOST_TRANSITIONS(X, T)                                                                          \
+  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 0)                                                                       \
+  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 1) SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 2)                               \
+      SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 0, 1, 2, 3)                    \
+          SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 1, 0, 2, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 2, 0, 1, 3)         \
+              SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 3, 0, 1, 2) X(T, Partial, Replicated) X(T, Partial, Invariant) \
+                  X(T, Invariant, Replicated) X(T, Invariant, Invariant) X(T, Replicated, Replicated)           \
+                      X(T, Partial, Partial)
 
 #define SHARDEX_TRANSIT_SIGNATURE(T, From, To) \
   Tensor<T, To, Host> transit<To, T, From, Host>(const Tensor<T, From, Host>&, const layout_mapping<To>&, Strategy);
