@@ -52,9 +52,9 @@ inline float rational_tanh(float a) {
   return (a < 0.0004f && a > -0.0004f) ? a : t;  // tiny |a|: tanh(a) = a to float precision
 }
 
-template <class T>
 /// tanh on either side: rational_tanh for a float on the host (vectorizes),
 /// std::tanh for a double, CUDA's tanhf / tanh in device code.
+template <class T>
 SHARDEX_HD inline T tanh(T a) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, float>)

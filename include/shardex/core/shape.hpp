@@ -121,8 +121,8 @@ struct static_shape {
   ///@}
   constexpr operator Shape() const { return Shape{E...}; }  // NOLINT(google-explicit-constructor)
 };
-template <std::int64_t... E>
 /// `shape_c<5, 10>`: the static_shape value to pass to a tensor factory.
+template <std::int64_t... E>
 inline constexpr static_shape<E...> shape_c{};
 
 /// A row-major array seen as (outer, extent, inner) around one dim: the

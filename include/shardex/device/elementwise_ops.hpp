@@ -325,8 +325,8 @@ struct Silu {
 };
 
 // ---- the list -------------------------------------------------------------------------
-template <class... Ops>
 /// A list of operation types.
+template <class... Ops>
 struct op_list {
   /// How many operations the list holds.
   static constexpr int size = sizeof...(Ops);
@@ -349,8 +349,8 @@ constexpr OpCode code_in(op_list<Ops...>) {
 }
 }  // namespace detail
 
-template <class Op>
 /// The code of operation Op: 1 + its index in all_ops.
+template <class Op>
 inline constexpr OpCode code_of = detail::code_in<Op>(all_ops{});
 static_assert(code_of<Add> == 1 && code_of<Silu> == all_ops::size, SHARDEX_ERR_OP_CODES_FOLLOW_LIST);
 

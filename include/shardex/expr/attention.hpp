@@ -18,9 +18,9 @@
 namespace shardex {
 
 namespace rules {
-template <LayoutTag Q, LayoutTag K, LayoutTag V>
 /// The rule of attention(q, k, v): one layout for the three, whole (R, I) or
 /// Sharded<1> (heads); never Partial or sharded along the sequence.
+template <LayoutTag Q, LayoutTag K, LayoutTag V>
 struct attention {
   static_assert(std::same_as<Q, K> && std::same_as<K, V>, SHARDEX_ERR_ATTENTION_MIXED_LAYOUTS);
   static_assert(!sharded_on<Q, 0>, SHARDEX_ERR_ATTENTION_SEQUENCE_SHARDED);
@@ -31,8 +31,8 @@ struct attention {
 };
 }  // namespace rules
 
-template <TensorExpr Q, TensorExpr K, TensorExpr V>
 /// @brief The node of `attention(q, k, v)`; its layout is rules::attention's.
+template <TensorExpr Q, TensorExpr K, TensorExpr V>
 class Attention {
 public:
   ///@{
@@ -60,8 +60,8 @@ private:
   V v_;
 };
 
-template <TensorExpr Q, TensorExpr K, TensorExpr V>
 /// softmax(q k^T / sqrt(dh)) v per head, for (seq, heads, dh) tensors, lazy.
+template <TensorExpr Q, TensorExpr K, TensorExpr V>
 auto attention(const Q& q, const K& k, const V& v) {
   return Attention<Q, K, V>(q, k, v);
 }
@@ -87,10 +87,10 @@ struct AttentionShapes {
 
 }  // namespace detail
 
-template <TensorExpr Q, TensorExpr K, TensorExpr V>
 /// Runs the node: batched GEMMs and a row softmax over the heads; the
 /// backward recomputes the probabilities.
 /// @throws invalid_argument unless q, k, v are 3-d of one local shape.
+template <TensorExpr Q, TensorExpr K, TensorExpr V>
 auto evaluate(const Attention<Q, K, V>& e) {
   using T = typename Q::value_type;
   using L = typename Attention<Q, K, V>::layout_type;

@@ -87,10 +87,10 @@ struct elementwise_layout_of<ops::Add, A, BroadcastLast<B>> {
 };
 }  // namespace detail
 
-template <class Op, TensorExpr... Args>
 /// @brief The node of a fused element-wise expression: `Op` (an operation of
 /// device/elementwise_ops.hpp) applied to `Args...`, whose result layout is
 /// given by the rule of the operation (expr/rules.hpp).
+template <class Op, TensorExpr... Args>
 class Elementwise {
   using First = std::tuple_element_t<0, std::tuple<Args...>>;
 
@@ -137,23 +137,23 @@ private:
 };
 
 // ---- building expressions ----------------------------------------------------
-template <TensorExpr A, TensorExpr B>
 /// a + b, element by element (rules::add: same layout).
+template <TensorExpr A, TensorExpr B>
 auto operator+(const A& a, const B& b) {
   return Elementwise<ops::Add, A, B>(ops::Add{}, a, b);
 }
-template <TensorExpr A, TensorExpr B>
 /// a - b, element by element (rules::add).
+template <TensorExpr A, TensorExpr B>
 auto operator-(const A& a, const B& b) {
   return Elementwise<ops::Sub, A, B>(ops::Sub{}, a, b);
 }
-template <TensorExpr A, TensorExpr B>
 /// a * b, element by element (rules::mul: no P * P).
+template <TensorExpr A, TensorExpr B>
 auto operator*(const A& a, const B& b) {
   return Elementwise<ops::Mul, A, B>(ops::Mul{}, a, b);
 }
-template <TensorExpr A>
 /// -a (linear: any layout).
+template <TensorExpr A>
 auto operator-(const A& a) {
   return Elementwise<ops::Neg, A>(ops::Neg{}, a);
 }
@@ -196,54 +196,54 @@ auto operator-(double c, const A& a) {
   ///@}
   return -a + c;
 }
-template <TensorExpr A>
 /// GeLU, tanh approximation (ops::Gelu). Like every non-linear function
 /// below, refused on a Partial tensor (rules::nonlinear).
+template <TensorExpr A>
 auto gelu(const A& a) {
   return Elementwise<ops::Gelu, A>(ops::Gelu{}, a);
 }
-template <TensorExpr A>
 /// max(a, 0).
+template <TensorExpr A>
 auto relu(const A& a) {
   return Elementwise<ops::Relu, A>(ops::Relu{}, a);
 }
-template <TensorExpr A>
 /// tanh(a) (math::tanh).
+template <TensorExpr A>
 auto tanh(const A& a) {
   return Elementwise<ops::Tanh, A>(ops::Tanh{}, a);
 }
-template <TensorExpr A>
 /// e^a.
+template <TensorExpr A>
 auto exp(const A& a) {
   return Elementwise<ops::Exp, A>(ops::Exp{}, a);
 }
-template <TensorExpr A, TensorExpr B>
 /// a / b, element by element (rules::div: the divisor cannot be Partial).
+template <TensorExpr A, TensorExpr B>
 auto operator/(const A& a, const B& b) {
   return Elementwise<ops::Div, A, B>(ops::Div{}, a, b);
 }
-template <TensorExpr A>
 /// The square root.
+template <TensorExpr A>
 auto sqrt(const A& a) {
   return Elementwise<ops::Sqrt, A>(ops::Sqrt{}, a);
 }
-template <TensorExpr A>
 /// 1 / sqrt(a) (a layer norm's scale).
+template <TensorExpr A>
 auto rsqrt(const A& a) {
   return Elementwise<ops::Rsqrt, A>(ops::Rsqrt{}, a);
 }
-template <TensorExpr A>
 /// The natural logarithm.
+template <TensorExpr A>
 auto log(const A& a) {
   return Elementwise<ops::Log, A>(ops::Log{}, a);
 }
-template <TensorExpr A>
 /// 1 / (1 + e^-a), computed without overflow.
+template <TensorExpr A>
 auto sigmoid(const A& a) {
   return Elementwise<ops::Sigmoid, A>(ops::Sigmoid{}, a);
 }
-template <TensorExpr A>
 /// a * sigmoid(a) (SwiGLU's gate).
+template <TensorExpr A>
 auto silu(const A& a) {
   return Elementwise<ops::Silu, A>(ops::Silu{}, a);
 }
@@ -420,10 +420,10 @@ auto bind(const E& e) {
 
 }  // namespace detail
 
-template <class Op, TensorExpr... Args>
 /// Runs the tree in one pass over the local elements (operands that are not
 /// element-wise evaluated first), and records one node whose backward is one
 /// more pass.
+template <class Op, TensorExpr... Args>
 auto evaluate(const Elementwise<Op, Args...>& e) {
   using T = typename Elementwise<Op, Args...>::value_type;
   using L = typename Elementwise<Op, Args...>::layout_type;

@@ -15,8 +15,8 @@
 
 namespace shardex {
 
-template <TensorExpr A, TensorExpr B>
 /// @brief The node of `matmul(a, b)` for 2-d a and b; its layout is rules::matmul's.
+template <TensorExpr A, TensorExpr B>
 class MatMul {
 public:
   ///@{
@@ -56,9 +56,9 @@ private:
   B b_;
 };
 
-template <TensorExpr A, TensorExpr B>
 /// The 2-d product a x b, lazy; the layouts must fit a rule of rules::matmul
 /// (a compile error names the pair otherwise).
+template <TensorExpr A, TensorExpr B>
 auto matmul(const A& a, const B& b) {
   return MatMul<A, B>(a, b);
 }
@@ -73,10 +73,10 @@ void check_2d(const X& x, const char* which, const std::string& where) {
 
 }  // namespace detail
 
-template <TensorExpr A, TensorExpr B>
 /// Runs the node: one local GEMM, and the backward's two (da = g b^T, db = a^T g).
 /// @throws invalid_argument if a or b is not 2-d or the contraction dims (or
 /// their lengths) differ.
+template <TensorExpr A, TensorExpr B>
 auto evaluate(const MatMul<A, B>& e) {
   using T = typename MatMul<A, B>::value_type;
   using L = typename MatMul<A, B>::layout_type;

@@ -33,9 +33,9 @@
 
 namespace shardex {
 
-template <TensorExpr E, LayoutTag To>
 /// @brief The node of a layout transition of E's value to layout To
 /// (all_gather(), reduce_scatter(), ... build it; see the file's note).
+template <TensorExpr E, LayoutTag To>
 class Redistribute {
 public:
   ///@{
@@ -217,17 +217,17 @@ struct Runner {
 
 }  // namespace detail
 
-template <TensorExpr E, LayoutTag To>
 /// Runs the chain of transitions ending here, simplified, each step by its
 /// table entry (and records their adjoints).
+template <TensorExpr E, LayoutTag To>
 auto evaluate(const Redistribute<E, To>& r) {
   detail::Runner run;
   return detail::walk_chain(r, run);
 }
 
 // ---- the user's spellings ------------------------------------------------------
-template <class X>
 /// The layout of an expression.
+template <class X>
 using layout_of = typename X::layout_type;
 
 /// Sharded -> Replicated (default) or Invariant: every rank gets the whole tensor.

@@ -13,8 +13,8 @@
 
 namespace shardex {
 
-template <TensorExpr E>
 /// @brief The node of `reshape(x, shape)`: x's layout and mapping, another global shape.
+template <TensorExpr E>
 class Reshape {
 public:
   ///@{
@@ -38,16 +38,16 @@ private:
   Shape to_;
 };
 
-template <TensorExpr E>
 /// x's elements under the global shape `to`, lazy (the rules in the file's note).
+template <TensorExpr E>
 auto reshape(const E& x, const Shape& to) {
   return Reshape<E>(x, to);
 }
 
-template <TensorExpr E>
 /// Runs the node: one local copy; the backward copies the gradient back.
 /// @throws invalid_argument if the element count differs, or a sharded x's
 /// dims up to the sharded one change.
+template <TensorExpr E>
 auto evaluate(const Reshape<E>& e) {
   using T = typename E::value_type;
   using L = typename E::layout_type;

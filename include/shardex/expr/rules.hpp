@@ -33,17 +33,17 @@
 
 namespace shardex::rules {
 
-template <class...>
 /// False for any types: the dependent false of a static_assert in a branch.
+template <class...>
 inline constexpr bool always_false = false;
 
-template <class A, class B>
 /// One operand is Invariant and the other is not (a shared value meets a
 /// per-rank one: refused by every binary rule).
+template <class A, class B>
 inline constexpr bool mixes_invariant = (std::same_as<A, Invariant>) != (std::same_as<B, Invariant>);
 
-template <class A, class B>
 /// The same layout, or Sharded along the same dim (lengths are checked at run time).
+template <class A, class B>
 inline constexpr bool same_placement = std::same_as<A, B> || (is_sharded_v<A> && is_sharded_v<B> && [] {
                                          if constexpr (is_sharded_v<A> && is_sharded_v<B>)
                                            return A::dim == B::dim;
@@ -52,8 +52,8 @@ inline constexpr bool same_placement = std::same_as<A, B> || (is_sharded_v<A> &&
                                        }());
 
 // ---- a + b, a - b ------------------------------------------------------------
-template <LayoutTag A, LayoutTag B>
 /// The rule of a + b and a - b: the same layout, which the result keeps.
+template <LayoutTag A, LayoutTag B>
 struct add {
   static_assert(!mixes_invariant<A, B>, SHARDEX_ERR_INVARIANT_MEETS_PER_RANK);
   static_assert(mixes_invariant<A, B> || same_placement<A, B>, SHARDEX_ERR_ADD_LAYOUTS);
@@ -62,9 +62,9 @@ struct add {
 };
 
 // ---- a * b --------------------------------------------------------------------
-template <LayoutTag A, LayoutTag B>
 /// The rule of a * b: the same layout, or a Partial times a Replicated one
 /// (a Partial result); never Partial * Partial.
+template <LayoutTag A, LayoutTag B>
 struct mul {
   /// P * R or R * P: each part scaled by the same whole value stays a part.
   static constexpr bool partial_times_whole = (std::same_as<A, Partial> && std::same_as<B, Replicated>) ||
@@ -89,8 +89,8 @@ struct div {
 };
 
 // ---- a + c (a constant) -------------------------------------------------------------
-template <LayoutTag A>
 /// The rule of a + c for a constant c: any layout but Partial, kept.
+template <LayoutTag A>
 struct shift {
   static_assert(!std::same_as<A, Partial>, SHARDEX_ERR_SHIFT_PARTIAL);
   /// The result's layout: A.
@@ -98,9 +98,9 @@ struct shift {
 };
 
 // ---- non-linear unary functions ---------------------------------------------------
-template <LayoutTag A>
 /// The rule of a non-linear unary function (gelu, exp, ...): any layout but
 /// Partial, kept.
+template <LayoutTag A>
 struct nonlinear {
   static_assert(!std::same_as<A, Partial>, SHARDEX_ERR_NONLINEAR_PARTIAL);
   /// The result's layout: A.
@@ -108,9 +108,9 @@ struct nonlinear {
 };
 
 // ---- add_bias(x, b) -------------------------------------------------------------
-template <LayoutTag X, LayoutTag B>
 /// The rule of add_bias(x, b): (R, R) -> R, (I, I) -> I, (S(d), R) -> S(d),
 /// (S(d), S(0)) -> S(d); never a Partial x.
+template <LayoutTag X, LayoutTag B>
 struct bias {
   static_assert(!std::same_as<X, Partial>, SHARDEX_ERR_BIAS_PARTIAL);
   static_assert(std::same_as<X, Partial> || !mixes_invariant<X, B>, SHARDEX_ERR_INVARIANT_MEETS_PER_RANK);
@@ -133,8 +133,8 @@ struct bias {
 };
 
 // ---- matmul(a, b), 2-d ------------------------------------------------------------
-template <class L, int D>
 /// L is Sharded along dim D.
+template <class L, int D>
 inline constexpr bool sharded_on = [] {
   if constexpr (is_sharded_v<L>)
     return L::dim == D;
@@ -142,9 +142,9 @@ inline constexpr bool sharded_on = [] {
     return false;
 }();
 
-template <LayoutTag A, LayoutTag B>
 /// The rule of a 2-d matmul(a, b): the table above (whole x whole, a Partial
 /// times a Replicated one, column- and row-parallel, row-sharded).
+template <LayoutTag A, LayoutTag B>
 struct matmul {
   /// R x R -> R, I x I -> I.
   static constexpr bool whole_whole = (std::same_as<A, Replicated> && std::same_as<B, Replicated>) ||
@@ -177,35 +177,35 @@ struct matmul {
 };
 
 // ---- sums -----------------------------------------------------------------------------
-template <LayoutTag A>
 /// The rule of sum(x) over all dims: a Sharded x gives a Partial scalar, other layouts keep theirs.
+template <LayoutTag A>
 struct sum_all {
   /// The result's layout.
   using type = std::conditional_t<is_sharded_v<A>, Partial, A>;
 };
 
-template <LayoutTag A, int K>
 /// The rule of sum<K>(x) for an unsharded x: its layout kept.
+template <LayoutTag A, int K>
 struct sum_dim {
   /// The result's layout: A.
   using type = A;
 };
-template <int D, class Ls, int K>
 /// sum<K>(x) of a Sharded<D> x: Partial if K == D, Sharded<D - 1> if K < D, else unchanged.
+template <int D, class Ls, int K>
 struct sum_dim<Sharded<D, Ls>, K> {
   /// The result's layout.
   using type = std::conditional_t<K == D, Partial, std::conditional_t<(K < D), Sharded<D - 1, Ls>, Sharded<D, Ls>>>;
 };
 
 // ---- transpose, 2-d -------------------------------------------------------------------
-template <LayoutTag A>
 /// The rule of a 2-d transpose(x) for an unsharded x: its layout kept.
+template <LayoutTag A>
 struct transpose {
   /// The result's layout: A.
   using type = A;
 };
-template <int D, class Ls>
 /// transpose(x) of a Sharded<D> x (D < 2): Sharded<1 - D>, the same lengths.
+template <int D, class Ls>
 struct transpose<Sharded<D, Ls>> {
   static_assert(D < 2, SHARDEX_ERR_TRANSPOSE_DIM);
   /// The result's layout.

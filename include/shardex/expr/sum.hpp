@@ -73,9 +73,9 @@ auto sum(const E& x) {
   return Sum<E, K>(x);
 }
 
-template <TensorExpr E, int K>
 /// Runs the node: a local sum; the backward broadcasts the gradient back.
 /// @throws invalid_argument if x has no dim K.
+template <TensorExpr E, int K>
 auto evaluate(const Sum<E, K>& e) {
   using T = typename E::value_type;
   using L = typename Sum<E, K>::layout_type;

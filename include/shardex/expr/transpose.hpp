@@ -10,8 +10,8 @@
 
 namespace shardex {
 
-template <TensorExpr E>
 /// @brief The node of `transpose(x)` for a 2-d x; its layout is rules::transpose's.
+template <TensorExpr E>
 class Transpose {
 public:
   ///@{
@@ -42,15 +42,15 @@ private:
   E arg_;
 };
 
-template <TensorExpr E>
 /// x^T for a 2-d x, lazy: S(0) <-> S(1), other layouts kept.
+template <TensorExpr E>
 auto transpose(const E& x) {
   return Transpose<E>(x);
 }
 
-template <TensorExpr E>
 /// Runs the node: one local transpose; the backward transposes the gradient back.
 /// @throws invalid_argument if x is not 2-d.
+template <TensorExpr E>
 auto evaluate(const Transpose<E>& e) {
   using T = typename E::value_type;
   using L = typename Transpose<E>::layout_type;

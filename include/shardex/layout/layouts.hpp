@@ -93,17 +93,17 @@ template <int D, class Ls>
 struct is_sharded<Sharded<D, Ls>> : std::true_type {};
 }  // namespace detail
 
-template <class L>
 /// True for `Sharded<D, Lengths>`, whatever D and Lengths.
+template <class L>
 inline constexpr bool is_sharded_v = detail::is_sharded<L>::value;
 
-template <class L>
 /// The four layouts: Invariant, Replicated, Partial and any Sharded<D, Lengths>.
+template <class L>
 concept LayoutTag =
     std::same_as<L, Invariant> || std::same_as<L, Replicated> || std::same_as<L, Partial> || is_sharded_v<L>;
 
-template <class L>
 /// A `Sharded<D, Lengths>` layout.
+template <class L>
 concept ShardedLayout = is_sharded_v<L>;
 
 /// The layout of the gradient of a tensor of layout L (DESIGN.md section 1).
@@ -112,21 +112,21 @@ struct dual {
   /// Invariant and Sharded are their own duals.
   using type = L;
 };
-template <>
 /// The gradient of a Replicated value is Partial: one contribution per copy.
+template <>
 struct dual<Replicated> {
   /// Partial.
   using type = Partial;
 };
-template <>
 /// The gradient of a Partial value is Replicated: each part's gradient is the
 /// gradient of the sum.
+template <>
 struct dual<Partial> {
   /// Replicated.
   using type = Replicated;
 };
-template <LayoutTag L>
 /// `dual<L>::type`: the layout of the gradient of a tensor of layout L.
+template <LayoutTag L>
 using dual_t = typename dual<L>::type;
 
 /// The notation of DESIGN/STYLE: "I", "R", "P(sum)", "S(1)[1,2,3,4]" or "S(1)[dyn]".

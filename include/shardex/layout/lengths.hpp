@@ -64,8 +64,8 @@ struct is_static_lengths<lengths<Ls...>> : std::true_type {};
 template <class L>
 concept LengthsSpec = detail::is_static_lengths<L>::value || std::same_as<L, dynamic_lengths>;
 
-template <class L>
 /// True for `lengths<...>`, false for `dynamic_lengths`.
+template <class L>
 inline constexpr bool is_static_lengths_v = detail::is_static_lengths<L>::value;
 
 /// Offsets of a run-time lengths list: offsets[r] = sum of lengths before r.

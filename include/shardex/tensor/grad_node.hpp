@@ -46,9 +46,9 @@ public:
   virtual void release() = 0;
 };
 
-template <class T, LayoutTag L, class Device>
 /// @brief The node of a `Tensor<T, L, Device>`: its gradient, in the dual
 /// layout, and the rule that pushes it to the inputs.
+template <class T, LayoutTag L, class Device>
 class TensorNode final : public Node {
 public:
   /// The gradient's type: layout dual_t<L>.

@@ -41,7 +41,6 @@
 
 namespace shardex {
 
-template <Scalar T, LayoutTag L, class Device>
 /// @brief A rank's local part of a global tensor of element type T, with the
 /// layout L in the type, on `Device` (Host, or Cuda in the GPU backend).
 ///
@@ -49,6 +48,7 @@ template <Scalar T, LayoutTag L, class Device>
 /// Collective factories (zeros, full, from_local, ...) check on every rank
 /// that the ranks agree on the shape and lengths, and throw the same
 /// `invalid_argument` on every rank if they do not.
+template <Scalar T, LayoutTag L, class Device>
 class Tensor {
 public:
   ///@{
@@ -150,14 +150,14 @@ public:
     static_check(s);
     return zeros(comm, Shape(s), std::move(m));
   }
-  template <std::int64_t... E>
   /// ones() with the compile-time checks of zeros(static_shape).
+  template <std::int64_t... E>
   static Tensor ones(const communicator_type& comm, static_shape<E...> s, mapping_type m = {}) {
     static_check(s);
     return ones(comm, Shape(s), std::move(m));
   }
-  template <std::int64_t... E>
   /// full() with the compile-time checks of zeros(static_shape).
+  template <std::int64_t... E>
   static Tensor full(const communicator_type& comm, static_shape<E...> s, T value, mapping_type m = {}) {
     static_check(s);
     return full(comm, Shape(s), value, std::move(m));

@@ -12,16 +12,16 @@ namespace shardex {
 template <class T>
 concept Scalar = std::same_as<T, float> || std::same_as<T, double>;
 
-template <class T>
 /// "float32" or "float64": the name of T in messages and files.
+template <class T>
 constexpr const char* dtype_name() {
   return std::same_as<T, float> ? "float32" : "float64";
 }
 
 struct Host;
 
-template <Scalar T, LayoutTag L, class Device = Host>
 /// The tensor (defined in tensor/tensor.hpp); Device defaults to Host.
+template <Scalar T, LayoutTag L, class Device = Host>
 class Tensor;
 
 }  // namespace shardex

@@ -46,8 +46,8 @@ struct Ranks {
   ///@}
   bool has_v = false;  ///< the backend has v collectives (MPI)
 };
-template <class Comm>
 /// The Ranks of communicator c.
+template <class Comm>
 Ranks ranks_of(const Comm& c) {
   return {c.size(), c.rank(), Comm::has_v_collectives};
 }

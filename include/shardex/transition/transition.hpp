@@ -35,8 +35,8 @@ struct transition {
   static constexpr bool exists = false;
 };
 
-template <class From, class To>
 /// Whether the table has an entry From -> To.
+template <class From, class To>
 inline constexpr bool has_transition_v = transition<From, To>::exists;
 
 /// The backward of `From -> To`: the entry `dual(To) -> dual(From)`.
