@@ -157,9 +157,9 @@ template <TensorExpr A>
 auto operator-(const A& a) {
   return Elementwise<ops::Neg, A>(ops::Neg{}, a);
 }
-template <TensorExpr A>
 ///@{
 /// a * c, a / c, scale(a, c) (linear: any layout).
+template <TensorExpr A>
 auto operator*(const A& a, double c) {
   return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
 }
@@ -173,13 +173,13 @@ auto operator/(const A& a, double c) {
 }
 template <TensorExpr A>
 auto scale(const A& a, double c) {
-  ///@}
   return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
 }
-template <TensorExpr A>
+///@}
 ///@{
 /// a + c, c + a, a - c, c - a (rules::shift: not on a Partial tensor, which
 /// would add c once per rank).
+template <TensorExpr A>
 auto operator+(const A& a, double c) {
   return Elementwise<ops::Shift, A>(ops::Shift{c}, a);
 }
@@ -193,9 +193,9 @@ auto operator-(const A& a, double c) {
 }
 template <TensorExpr A>
 auto operator-(double c, const A& a) {
-  ///@}
   return -a + c;
 }
+///@}
 /// GeLU, tanh approximation (ops::Gelu). Like every non-linear function
 /// below, refused on a Partial tensor (rules::nonlinear).
 template <TensorExpr A>

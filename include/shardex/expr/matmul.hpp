@@ -45,6 +45,7 @@ public:
     else
       return {};
   }
+  ///@}
   ///@{
   /// The operands a and b.
   [[nodiscard]] const A& lhs() const noexcept { return a_; }
