@@ -92,9 +92,9 @@ template <Scalar T, MeshType M, PerAxisLayouts Ls>
 struct grad_norm_part<MeshTensor<T, M, Ls>> {
   ///@{
   /// The parameter type P and the grad_norm_part interface
-  /// (autodiff/grad_norm.hpp): the mesh world's
-  /// host communicator, the global shape, the squares this rank counts (0 but
-  /// on the first copy) and the scaling of the local gradient.
+  /// (autodiff/grad_norm.hpp): the mesh world's host communicator, the global
+  /// shape, the squares this rank counts (0 but on the first copy) and the
+  /// scaling of the local gradient.
   using P = MeshTensor<T, M, Ls>;
   static_assert(std::same_as<dual_layouts_t<Ls>, Ls>, SHARDEX_ERR_MESH_GRAD_NORM_NOT_SELF_DUAL);
   static const mpi::Communicator& comm(const P& p) { return detail::control_of(p.mesh().world()); }
