@@ -45,8 +45,8 @@ public:
   /// The extent of dim d (unchecked: @pre 0 <= d < rank()).
   [[nodiscard]] constexpr std::int64_t operator[](int d) const noexcept { return ext_[static_cast<std::size_t>(d)]; }
   [[nodiscard]] constexpr std::int64_t& operator[](int d) noexcept { return ext_[static_cast<std::size_t>(d)]; }
-  /// The number of elements: the product of the extents (1 for a 0-d shape).
   ///@}
+  /// The number of elements: the product of the extents (1 for a 0-d shape).
   [[nodiscard]] constexpr std::int64_t numel() const noexcept {
     std::int64_t n = 1;
     for (int d = 0; d < rank_; ++d) n *= ext_[static_cast<std::size_t>(d)];
@@ -117,8 +117,8 @@ struct static_shape {
   /// The number of dims, and the extents.
   static constexpr int rank = sizeof...(E);
   static constexpr std::array<std::int64_t, sizeof...(E)> values{E...};
-  /// The same extents as a run-time Shape.
   ///@}
+  /// The same extents as a run-time Shape.
   constexpr operator Shape() const { return Shape{E...}; }  // NOLINT(google-explicit-constructor)
 };
 /// `shape_c<5, 10>`: the static_shape value to pass to a tensor factory.

@@ -301,8 +301,8 @@ public:
   /// This rank and the number of ranks, of comm().
   [[nodiscard]] int rank() const noexcept { return comm_.rank(); }
   [[nodiscard]] int world_size() const noexcept { return comm_.size(); }
-  /// The local elements, row-major, in the device's memory.
   ///@}
+  /// The local elements, row-major, in the device's memory.
   [[nodiscard]] T* data() const noexcept { return data_; }
   /// Number of local elements.
   [[nodiscard]] std::int64_t size() const noexcept { return local_.numel(); }
