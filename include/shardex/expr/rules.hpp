@@ -142,8 +142,8 @@ inline constexpr bool sharded_on = [] {
     return false;
 }();
 
-/// The rule of a 2-d matmul(a, b): the table above (whole x whole, a Partial
-/// times a Replicated one, column- and row-parallel, row-sharded).
+/// The rule of a 2-d matmul(a, b), as in this file's table: whole x whole, a
+/// Partial times a Replicated one, column- and row-parallel, row-sharded.
 template <LayoutTag A, LayoutTag B>
 struct matmul {
   /// R x R -> R, I x I -> I.

@@ -145,7 +145,8 @@ struct CostModel {
   /// ranks is faster as one broadcast per root than as MPI_Allgatherv
   /// (1.2-1.6x on 4 ranks up to 1 MiB); with 2 ranks they tie.
   std::int64_t mpi_rooted_all_gather_max_bytes = std::int64_t(1) << 20;
-  /// The most ranks for which per_root can win an all_gather on MPI (above).
+  /// The most ranks for which per_root can win an all_gather on MPI (see
+  /// mpi_rooted_all_gather_max_bytes).
   int mpi_rooted_max_ranks = 8;
   /// Up to this many bytes an all_to_all is faster as grouped send/receive
   /// than as MPI_Alltoallv/Alltoallw (1.02-1.10x; they tie at 256 KiB and the

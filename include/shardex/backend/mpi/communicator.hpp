@@ -134,8 +134,8 @@ public:
   void recv(T* buf, std::int64_t count, int peer) {
     recv_raw(buf, count, dtype_of<T>(), peer);
   }
-  /// Starts the calls and waits for all of them; the group can then take more.
-  /// @throws backend_error if a call fails.
+  /// Waits for every call issued since the last end(); the group can then
+  /// take more. @throws backend_error if a call fails.
   void end();
 
 private:
