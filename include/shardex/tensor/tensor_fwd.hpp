@@ -20,7 +20,7 @@ constexpr const char* dtype_name() {
 
 struct Host;
 
-/// The tensor (defined in tensor/tensor.hpp); Device defaults to Host.
+/// `Device` defaults to Host.
 template <Scalar T, LayoutTag L, class Device = Host>
 class Tensor;
 
