@@ -24,13 +24,20 @@
 
 namespace shardex {
 
+/// Adam's hyper-parameters (designated initializers: `{.lr = 1e-3}`).
 struct AdamOptions {
+  /// The learning rate.
   double lr = 1e-3;
+  /// The decay of the first moment (the mean of the gradients).
   double beta1 = 0.9;
+  /// The decay of the second moment (the mean of their squares).
   double beta2 = 0.999;
+  /// Added to the second moment's root, against a division by zero.
   double eps = 1e-8;
 };
 
+/// @brief Adam over the parameters P... (host tensors whose gradient has
+/// their own layout); the moments are laid out like the parameters.
 template <class... P>
 class Adam {
 public:
@@ -44,6 +51,7 @@ public:
     step_each(std::index_sequence_for<P...>(), params...);
   }
 
+  /// The hyper-parameters.
   [[nodiscard]] const AdamOptions& options() const noexcept { return o_; }
   /// The number of steps taken (the bias correction's t).
   [[nodiscard]] std::int64_t steps() const noexcept { return t_; }
@@ -51,6 +59,7 @@ public:
   void set_steps(std::int64_t t) { t_ = t; }
   /// The first and second moments, in the parameters' order.
   [[nodiscard]] std::tuple<P...>& first_moments() noexcept { return m_; }
+  /// The second moments (the first: first_moments()).
   [[nodiscard]] std::tuple<P...>& second_moments() noexcept { return v_; }
 
 private:
@@ -89,6 +98,7 @@ private:
   std::int64_t t_ = 0;
 };
 
+/// `Adam adam(options, A, b)` deduces Adam<decltype(A), decltype(b)>.
 template <class... P>
 Adam(AdamOptions, const P&...) -> Adam<P...>;
 

@@ -66,8 +66,13 @@ double sum_of_squares(const T* x, std::int64_t n) {
 
 }  // namespace detail
 
+/// A Tensor parameter in grad_norm: Invariant or Sharded (its own gradient's layout).
 template <Scalar T, LayoutTag L, class Dev>
 struct grad_norm_part<Tensor<T, L, Dev>> {
+  ///@{
+  /// The parameter type P and the grad_norm_part interface: the host
+  /// communicator of P's backend, the global shape, the squares this rank
+  /// counts, the scaling of the gradient.
   using P = Tensor<T, L, Dev>;
   static_assert(std::same_as<dual_t<L>, L>, SHARDEX_ERR_GRAD_NORM_NOT_SELF_DUAL);
   static const mpi::Communicator& comm(const P& p) { return detail::control_of(p.comm()); }
@@ -80,6 +85,7 @@ struct grad_norm_part<Tensor<T, L, Dev>> {
   static void scale_grad(const P& p, double factor) {
     if (p.has_grad()) Dev::axpy(p.grad().size(), static_cast<T>(factor - 1), p.grad().data(), p.grad().data());
   }
+  ///@}
 };
 
 /// Collective over the parameters' communicator: the 2-norm of the logical

@@ -14,6 +14,8 @@
 
 namespace shardex {
 
+/// p -= lr * grad(p) (nothing without a gradient), then zero_grad; one
+/// parameter of sgd_step.
 template <Scalar T, LayoutTag L, class Dev>
 void sgd_update(Tensor<T, L, Dev>& p, double lr) {
   static_assert(std::same_as<dual_t<L>, L>, SHARDEX_ERR_SGD_PARAMETER_NOT_SELF_DUAL);

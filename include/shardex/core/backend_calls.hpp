@@ -27,11 +27,13 @@
 
 namespace shardex {
 
+/// One call to a communication backend, as a BackendCallRecorder saw it.
 struct BackendCall {
   /// all_gather, all_gather_v, reduce_scatter, reduce_scatter_v, all_reduce,
   /// all_to_all, all_to_all_v, exchange_blocks, broadcast, reduce, send, recv,
   /// or agreement (the cross-rank check before a collective, core/agree.hpp).
   const char* primitive = "";
+  /// The bytes this rank handed the backend to send (see the file's note).
   std::int64_t bytes = 0;
 };
 
@@ -44,6 +46,7 @@ inline BackendCallRecorder*& active_recorder() noexcept {
 }
 }  // namespace detail
 
+/// Records the backend calls of this thread while alive (see the file's note).
 class BackendCallRecorder {
 public:
   /// Records this thread's backend calls until destroyed (recorders nest: the
@@ -53,7 +56,9 @@ public:
   BackendCallRecorder& operator=(const BackendCallRecorder&) = delete;
   ~BackendCallRecorder() { detail::active_recorder() = outer_; }
 
+  /// The calls so far, in order.
   [[nodiscard]] const std::vector<BackendCall>& calls() const noexcept { return calls_; }
+  /// Appends a call (what each backend primitive does through the active recorder).
   void add(const char* primitive, std::int64_t bytes) { calls_.push_back({primitive, bytes}); }
 
 private:

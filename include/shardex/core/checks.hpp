@@ -13,6 +13,7 @@
 
 namespace shardex {
 
+/// How much a collective checks before it moves data (the two levels above).
 enum class CheckLevel { local, communicating };
 
 namespace detail {
@@ -22,7 +23,10 @@ inline CheckLevel& check_level_ref() noexcept {
 }
 }  // namespace detail
 
+/// The current level, for the whole process (CheckLevel::communicating by default).
 inline CheckLevel check_level() noexcept { return detail::check_level_ref(); }
+/// Sets the level for the whole process; set it on every rank alike, since
+/// the checks at CheckLevel::communicating are collective.
 inline void set_check_level(CheckLevel level) noexcept { detail::check_level_ref() = level; }
 
 }  // namespace shardex

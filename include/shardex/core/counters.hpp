@@ -20,6 +20,7 @@
 
 namespace shardex {
 
+/// What this thread has done so far; subtract two snapshots (counters()) for a span.
 struct Counters {
   std::int64_t bytes_copied = 0;   ///< local copies of tensor data (Device::copy, clone, upload, download)
   std::int64_t bytes_zeroed = 0;   ///< zero-filled storage (Tensor::zeros, a zeroed allocation)
@@ -27,6 +28,7 @@ struct Counters {
   std::int64_t agreements = 0;     ///< cross-rank agreements before a collective (core/agree.hpp)
   double backend_seconds = 0;      ///< wall time inside backend calls (communication and waiting for peers)
 
+  /// The difference of two snapshots, field by field.
   friend Counters operator-(Counters a, const Counters& b) {
     a.bytes_copied -= b.bytes_copied;
     a.bytes_zeroed -= b.bytes_zeroed;

@@ -27,7 +27,9 @@ public:
 /// `code()` is the backend's own error code.
 class backend_error : public error {
 public:
+  /// The message and the backend's error code.
   backend_error(std::string what, int code) : error(std::move(what)), code_(code) {}
+  /// The backend's own error code (an MPI, NCCL or CUDA error value).
   [[nodiscard]] int code() const noexcept { return code_; }
 
 private:

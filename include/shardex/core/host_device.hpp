@@ -11,6 +11,8 @@
 #if defined(__CUDACC__)
 #define SHARDEX_HD __host__ __device__
 #else
+/// `__host__ __device__` under nvcc (the function compiles for both), nothing
+/// under a host compiler.
 #define SHARDEX_HD
 #endif
 
@@ -50,6 +52,8 @@ inline float rational_tanh(float a) {
   return (a < 0.0004f && a > -0.0004f) ? a : t;  // tiny |a|: tanh(a) = a to float precision
 }
 
+/// tanh on either side: rational_tanh for a float on the host (vectorizes),
+/// std::tanh for a double, CUDA's tanhf / tanh in device code.
 template <class T>
 SHARDEX_HD inline T tanh(T a) {
 #if defined(__CUDA_ARCH__)
@@ -79,6 +83,7 @@ SHARDEX_HD inline T tanh(T a) {
       return ::fn(a);                       \
   }
 #else
+/// Defines `math::fn` for exp, sqrt and log (undefined after use).
 #define SHARDEX_MATH_FUNCTION(fn) \
   template <class T>              \
   SHARDEX_HD inline T fn(T a) {   \

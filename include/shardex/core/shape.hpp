@@ -20,23 +20,33 @@ namespace shardex {
 /// Extents of a row-major array. A small regular value type (no allocation).
 class Shape {
 public:
+  /// The most dims a Shape holds (its extents live inline, no allocation).
   static constexpr int max_rank = 6;
 
   constexpr Shape() = default;
+  /// From extents: `Shape{5, 10}`; `Shape{}` is 0-d (one element).
+  /// @throws invalid_argument for more than max_rank extents.
   constexpr Shape(std::initializer_list<std::int64_t> extents) {
     if (extents.size() > max_rank)
       throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
     for (auto e : extents) ext_[rank_++] = e;
   }
+  /// From a run-time list of extents.
+  /// @throws invalid_argument for more than max_rank extents.
   explicit Shape(std::span<const std::int64_t> extents) {
     if (extents.size() > max_rank)
       throw invalid_argument("shardex::Shape: rank " + std::to_string(extents.size()) + " exceeds max_rank 6");
     for (auto e : extents) ext_[rank_++] = e;
   }
 
+  /// The number of dims.
   [[nodiscard]] constexpr int rank() const noexcept { return rank_; }
+  ///@{
+  /// The extent of dim d (unchecked: @pre 0 <= d < rank()).
   [[nodiscard]] constexpr std::int64_t operator[](int d) const noexcept { return ext_[static_cast<std::size_t>(d)]; }
   [[nodiscard]] constexpr std::int64_t& operator[](int d) noexcept { return ext_[static_cast<std::size_t>(d)]; }
+  ///@}
+  /// The number of elements: the product of the extents (1 for a 0-d shape).
   [[nodiscard]] constexpr std::int64_t numel() const noexcept {
     std::int64_t n = 1;
     for (int d = 0; d < rank_; ++d) n *= ext_[static_cast<std::size_t>(d)];
@@ -60,9 +70,11 @@ public:
     s.ext_[static_cast<std::size_t>(d)] = extent;
     return s;
   }
+  /// The extents, dim by dim.
   [[nodiscard]] constexpr std::span<const std::int64_t> extents() const noexcept {
     return {ext_.data(), static_cast<std::size_t>(rank_)};
   }
+  /// Same rank and same extents.
   friend constexpr bool operator==(const Shape& a, const Shape& b) noexcept {
     return a.rank_ == b.rank_ && std::equal(a.ext_.begin(), a.ext_.begin() + a.rank_, b.ext_.begin());
   }
@@ -101,17 +113,26 @@ inline std::string shape_problem(const Shape& s) {
 template <std::int64_t... E>
 struct static_shape {
   static_assert(((E >= 0) && ...), SHARDEX_ERR_SHAPE_NEGATIVE_EXTENT);
+  ///@{
+  /// The number of dims, and the extents.
   static constexpr int rank = sizeof...(E);
   static constexpr std::array<std::int64_t, sizeof...(E)> values{E...};
+  ///@}
+  /// The same extents as a run-time Shape.
   constexpr operator Shape() const { return Shape{E...}; }  // NOLINT(google-explicit-constructor)
 };
+/// `shape_c<5, 10>`: the static_shape value to pass to a tensor factory.
 template <std::int64_t... E>
 inline constexpr static_shape<E...> shape_c{};
 
 /// A row-major array seen as (outer, extent, inner) around one dim: the
 /// shape every pack/unpack along a sharded dim works on.
 struct DimView {
+  ///@{
+  /// The product of the dims before, the dim's extent, the product of the dims after.
   std::int64_t outer = 1, extent = 0, inner = 1;
+  ///@}
+  /// The view of `s` around dim d.
   static constexpr DimView of(const Shape& s, int d) noexcept { return {s.outer(d), s[d], s.inner(d)}; }
   /// Rows [off, off + len) of the middle dim, as a block of this array (what a copy takes).
   [[nodiscard]] StridedBlock rows(std::int64_t off, std::int64_t len) const noexcept {

@@ -9,8 +9,13 @@
 
 namespace shardex {
 
+/// `rows` runs of `run` elements, `stride` elements apart, from element `offset`.
 struct StridedBlock {
+  ///@{
+  /// The first element; the number of runs; the elements per run; the distance
+  /// between the starts of two runs (all in elements).
   std::int64_t offset = 0, rows = 0, run = 0, stride = 0;
+  ///@}
   /// The elements of the piece (its elements travel row by row).
   [[nodiscard]] std::int64_t count() const noexcept { return rows * run; }
   /// Block `[off, off + len)` of the middle dim of an (outer, extent, inner) array.

@@ -56,6 +56,7 @@ void start_from_environment();
 /// One timed event: recorded when it ends, if tracing was on when it began.
 class Span {
 public:
+  /// Begins the event `name` of `category` (both must outlive the Span).
   Span(const char* category, const char* name) noexcept : category_(category), name_(name), on_(enabled()) {
     if (on_) start_ = detail::now_ns();
   }
@@ -66,6 +67,7 @@ public:
       detail::record(category_, name_ ? std::string(name_) : std::string(), start_, detail::now_ns() - start_,
                      std::move(args_));
   }
+  /// Whether the event is being recorded (tracing was on when it began).
   [[nodiscard]] bool on() const noexcept { return on_; }
   /// The event's "args" (a JSON object's members, without braces), set only when on.
   void set_args(std::string json_members) {

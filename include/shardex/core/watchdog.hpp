@@ -67,6 +67,7 @@ void pop(Frame* f) noexcept;
 template <class Describe>
 class Scope {
 public:
+  /// Opens the scope; `describe()` renders its text (keep what it captures alive).
   explicit Scope(Describe describe) noexcept : describe_(std::move(describe)), frame_{&Scope::render, this, nullptr} {
     detail::push(&frame_);
   }

@@ -28,11 +28,16 @@ namespace shardex {
 /// stored (so k, or m when `ta`), likewise ldb and ldc; `stride_*` is the
 /// distance between consecutive batch entries.
 struct GemmShape {
+  ///@{
+  /// The product's sizes, whether A and B are transposed, the row strides as
+  /// stored, the distances between batch entries, and the number of products
+  /// (see above).
   std::int64_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;
   std::int64_t lda = 0, ldb = 0, ldc = 0;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   std::int64_t batch = 1;
+  ///@}
 
   /// One product of contiguous matrices.
   static GemmShape plain(std::int64_t m, std::int64_t k, std::int64_t n, bool ta = false, bool tb = false) {

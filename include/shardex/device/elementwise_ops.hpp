@@ -17,7 +17,14 @@
 namespace shardex::ops {
 
 // ---- binary ----------------------------------------------------------------
+/// a + b.
 struct Add {
+  ///@{
+  /// The protocol of an operation: `arity` (its operand count); `name`, in
+  /// traces and messages; `f`, the value; `df`, which adds the gradient g
+  /// times each partial derivative to the operands' adjoints (ga, gb). A unary
+  /// operation also says whether it is `linear` (it then applies to a Partial
+  /// tensor part by part).
   static constexpr int arity = 2;
   static constexpr const char* name = "add";
   template <class T>
@@ -29,8 +36,12 @@ struct Add {
     ga += g;
     gb += g;
   }
+  ///@}
 };
+/// a - b.
 struct Sub {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 2;
   static constexpr const char* name = "sub";
   template <class T>
@@ -42,8 +53,12 @@ struct Sub {
     ga += g;
     gb -= g;
   }
+  ///@}
 };
+/// a * b.
 struct Mul {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 2;
   static constexpr const char* name = "mul";
   template <class T>
@@ -55,11 +70,14 @@ struct Mul {
     ga += g * b;
     gb += g * a;
   }
+  ///@}
 };
 
 /// a / b. Its layout rule (rules::div) refuses a Partial divisor: 1 / (sum of
 /// parts) is not the sum of anything.
 struct Div {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 2;
   static constexpr const char* name = "div";
   template <class T>
@@ -72,10 +90,14 @@ struct Div {
     ga += q;
     gb -= q * (a / b);
   }
+  ///@}
 };
 
 // ---- unary, linear -------------------------------------------------------------
+/// -a.
 struct Neg {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "neg";
   static constexpr bool linear = true;
@@ -87,9 +109,12 @@ struct Neg {
   SHARDEX_HD void df(T, T g, T& ga) const {
     ga -= g;
   }
+  ///@}
 };
 /// x * alpha (alpha held as double; exact for float and double alike).
 struct Scale {
+  ///@{
+  /// The operation protocol (see ops::Add); `alpha`, the factor.
   static constexpr int arity = 1;
   static constexpr const char* name = "scale";
   static constexpr bool linear = true;
@@ -102,12 +127,15 @@ struct Scale {
   SHARDEX_HD void df(T, T g, T& ga) const {
     ga += static_cast<T>(alpha) * g;
   }
+  ///@}
 };
 
 // ---- unary, affine ----------------------------------------------------------------
 /// x + c (c held as double). Not linear: on a Partial tensor it would add c
 /// once per rank, so its rule (rules::shift) refuses Partial.
 struct Shift {
+  ///@{
+  /// The operation protocol (see ops::Add); `c`, the constant added.
   static constexpr int arity = 1;
   static constexpr const char* name = "shift";
   static constexpr bool linear = false;
@@ -120,11 +148,14 @@ struct Shift {
   SHARDEX_HD void df(T, T g, T& ga) const {
     ga += g;
   }
+  ///@}
 };
 
 // ---- unary, non-linear ------------------------------------------------------------
 /// GeLU, tanh approximation (as Megatron and GPT-2 use).
 struct Gelu {
+  ///@{
+  /// The operation protocol (see ops::Add); `inner(a)` = sqrt(2 / pi) (a + 0.044715 a^3).
   static constexpr int arity = 1;
   static constexpr const char* name = "gelu";
   static constexpr bool linear = false;
@@ -144,8 +175,12 @@ struct Gelu {
     const T dinner = c * (T(1) + static_cast<T>(3 * 0.044715) * a * a);
     ga += g * (static_cast<T>(0.5) * (T(1) + t) + static_cast<T>(0.5) * a * (T(1) - t * t) * dinner);
   }
+  ///@}
 };
+/// max(a, 0); its derivative at 0 is taken as 0.
 struct Relu {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "relu";
   static constexpr bool linear = false;
@@ -157,8 +192,12 @@ struct Relu {
   SHARDEX_HD void df(T a, T g, T& ga) const {
     ga += a > T(0) ? g : T(0);
   }
+  ///@}
 };
+/// tanh(a), through math::tanh.
 struct Tanh {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "tanh";
   static constexpr bool linear = false;
@@ -171,8 +210,12 @@ struct Tanh {
     const T t = math::tanh(a);
     ga += g * (T(1) - t * t);
   }
+  ///@}
 };
+/// e^a.
 struct Exp {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "exp";
   static constexpr bool linear = false;
@@ -184,9 +227,13 @@ struct Exp {
   SHARDEX_HD void df(T a, T g, T& ga) const {
     ga += g * math::exp(a);
   }
+  ///@}
 };
 
+/// The square root.
 struct Sqrt {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "sqrt";
   static constexpr bool linear = false;
@@ -198,9 +245,12 @@ struct Sqrt {
   SHARDEX_HD void df(T a, T g, T& ga) const {
     ga += g * static_cast<T>(0.5) / math::sqrt(a);
   }
+  ///@}
 };
 /// 1 / sqrt(a) (a layer norm's scale).
 struct Rsqrt {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "rsqrt";
   static constexpr bool linear = false;
@@ -213,8 +263,12 @@ struct Rsqrt {
     const T r = T(1) / math::sqrt(a);
     ga -= g * static_cast<T>(0.5) * r * r * r;
   }
+  ///@}
 };
+/// The natural logarithm.
 struct Log {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "log";
   static constexpr bool linear = false;
@@ -226,9 +280,12 @@ struct Log {
   SHARDEX_HD void df(T a, T g, T& ga) const {
     ga += g / a;
   }
+  ///@}
 };
 /// 1 / (1 + exp(-a)), from exp of a non-positive number only (no overflow).
 struct Sigmoid {
+  ///@{
+  /// The operation protocol (see ops::Add); `value(a)` is the sigmoid, shared by f and df.
   static constexpr int arity = 1;
   static constexpr const char* name = "sigmoid";
   static constexpr bool linear = false;
@@ -246,9 +303,12 @@ struct Sigmoid {
     const T s = value(a);
     ga += g * s * (T(1) - s);
   }
+  ///@}
 };
 /// SiLU (swish), a * sigmoid(a): the gate of SwiGLU (LLaMA's MLP).
 struct Silu {
+  ///@{
+  /// The operation protocol (see ops::Add).
   static constexpr int arity = 1;
   static constexpr const char* name = "silu";
   static constexpr bool linear = false;
@@ -261,11 +321,14 @@ struct Silu {
     const T s = Sigmoid::value(a);
     ga += g * (s + a * s * (T(1) - s));
   }
+  ///@}
 };
 
 // ---- the list -------------------------------------------------------------------------
+/// A list of operation types.
 template <class... Ops>
 struct op_list {
+  /// How many operations the list holds.
   static constexpr int size = sizeof...(Ops);
 };
 /// Every element-wise operation. A new one is a struct above plus its name here.
@@ -274,6 +337,7 @@ using all_ops = op_list<Add, Sub, Mul, Div, Neg, Scale, Shift, Gelu, Relu, Tanh,
 /// An instruction's operation in a fused program: 0 reads a leaf, 1 + i runs
 /// the i-th operation of `all_ops`.
 using OpCode = int;
+/// The code of the instruction that reads a leaf.
 inline constexpr OpCode leaf_code = 0;
 
 namespace detail {
@@ -285,6 +349,7 @@ constexpr OpCode code_in(op_list<Ops...>) {
 }
 }  // namespace detail
 
+/// The code of operation Op: 1 + its index in all_ops.
 template <class Op>
 inline constexpr OpCode code_of = detail::code_in<Op>(all_ops{});
 static_assert(code_of<Add> == 1 && code_of<Silu> == all_ops::size, SHARDEX_ERR_OP_CODES_FOLLOW_LIST);

@@ -18,24 +18,36 @@
 
 namespace shardex {
 
+/// One instruction of a FusedProgram: it makes one value slot.
 struct FusedInstr {
   ops::OpCode op = ops::leaf_code;  ///< ops::code_of<Op>, or leaf_code
-  int a = 0, b = 0;                 ///< operand slots (earlier instructions)
-  int leaf = 0;                     ///< leaf index, for leaf_code
-  double alpha = 1;                 ///< for ops::Scale
+  /// The first operand's slot; `b`, the second's (binary operations).
+  int a = 0, b = 0;  ///< operand slots (earlier instructions)
+  int leaf = 0;      ///< leaf index, for leaf_code
+  double alpha = 1;  ///< for ops::Scale
 };
 
+/// @brief A fused element-wise tree as instructions (see the file's note),
+/// with pointers to its leaves' data and gradients on the device.
 template <class T>
 struct FusedProgram {
+  ///@{
+  /// The most instructions and leaves a program holds (a device tree beyond
+  /// them is a compile error, expr/elementwise.hpp).
   static constexpr int max_instrs = 32;
   static constexpr int max_leaves = 16;
+  ///@}
 
+  ///@{
+  /// The instructions and leaves in use, the instructions, and each leaf's data.
   int n_instrs = 0, n_leaves = 0;
   FusedInstr instr[max_instrs];
   const T* leaf[max_leaves] = {};
+  ///@}
   T* leaf_grad[max_leaves] = {};           ///< null: the leaf needs no gradient
   std::int64_t leaf_mod[max_leaves] = {};  ///< 0: read at i; else at i % mod (a broadcast bias)
 
+  /// Where leaf l is read for element i (i, or i mod its size when broadcast).
   SHARDEX_HD std::int64_t leaf_index(int l, std::int64_t i) const { return leaf_mod[l] ? i % leaf_mod[l] : i; }
 
   /// Fills `v` (n_instrs slots) with the values at element i; returns the result.

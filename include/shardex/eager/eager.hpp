@@ -27,46 +27,55 @@
 
 namespace shardex::eager {
 
+/// `S(d)` -> R (or I), now: every rank gets the whole tensor.
 template <LayoutTag To = Replicated, Scalar T, LayoutTag L, class Dev>
 Tensor<T, To, Dev> all_gather(const Tensor<T, L, Dev>& x, Strategy s = Strategy::automatic) {
   return eval(shardex::all_gather<To>(x, s));
 }
 
+/// P -> `S(d)`, now: rank r gets its slice of the sum; `to` gives dynamic lengths.
 template <ShardedLayout To, Scalar T, class Dev>
 Tensor<T, To, Dev> reduce_scatter(const Tensor<T, Partial, Dev>& x, layout_mapping<To> to = lengths_from_type<To>(),
                                   Strategy s = Strategy::automatic) {
   return eval(shardex::reduce_scatter<To>(x, std::move(to), s));
 }
+/// The same with static lengths and a strategy.
 template <ShardedLayout To, Scalar T, class Dev>
 Tensor<T, To, Dev> reduce_scatter(const Tensor<T, Partial, Dev>& x, Strategy s) {
   return eval(shardex::reduce_scatter<To>(x, lengths_from_type<To>(), s));
 }
 
+/// P -> R (or I), now: every rank gets the sum.
 template <LayoutTag To = Replicated, Scalar T, LayoutTag L, class Dev>
 Tensor<T, To, Dev> all_reduce(const Tensor<T, L, Dev>& x) {
   return eval(shardex::all_reduce<To>(x));
 }
 
+/// R or I -> `S(d)`, now: each rank keeps its slice; no communication.
 template <ShardedLayout To, Scalar T, LayoutTag L, class Dev>
 Tensor<T, To, Dev> dynamic_slice(const Tensor<T, L, Dev>& x, layout_mapping<To> to = lengths_from_type<To>()) {
   return eval(shardex::slice<To>(x, std::move(to)));
 }
 
+/// `S(c)` -> `S(s)`, now: the pieces change owners; `to` gives dynamic lengths.
 template <ShardedLayout To, Scalar T, LayoutTag L, class Dev>
 Tensor<T, To, Dev> all_to_all(const Tensor<T, L, Dev>& x, layout_mapping<To> to = lengths_from_type<To>(),
                               Strategy s = Strategy::automatic) {
   return eval(shardex::all_to_all<To>(x, std::move(to), s));
 }
+/// The same with static lengths and a strategy.
 template <ShardedLayout To, Scalar T, LayoutTag L, class Dev>
 Tensor<T, To, Dev> all_to_all(const Tensor<T, L, Dev>& x, Strategy s) {
   return eval(shardex::all_to_all<To>(x, lengths_from_type<To>(), s));
 }
 
+/// I -> R, now (Megatron's f): nothing moves; the backward all-reduces.
 template <Scalar T, class Dev>
 Tensor<T, Replicated, Dev> replicate(const Tensor<T, Invariant, Dev>& x) {
   return eval(shardex::replicate(x));
 }
 
+/// `S(d)` -> P, now: the slice in place, zeros elsewhere.
 template <Scalar T, LayoutTag L, class Dev>
 Tensor<T, Partial, Dev> zero_pad(const Tensor<T, L, Dev>& x) {
   return eval(shardex::zero_pad(x));

@@ -18,25 +18,33 @@
 namespace shardex {
 
 namespace rules {
+/// The rule of attention(q, k, v): one layout for the three, whole (R, I) or
+/// Sharded<1> (heads); never Partial or sharded along the sequence.
 template <LayoutTag Q, LayoutTag K, LayoutTag V>
 struct attention {
   static_assert(std::same_as<Q, K> && std::same_as<K, V>, SHARDEX_ERR_ATTENTION_MIXED_LAYOUTS);
   static_assert(!sharded_on<Q, 0>, SHARDEX_ERR_ATTENTION_SEQUENCE_SHARDED);
   static_assert(!std::same_as<Q, Partial>, SHARDEX_ERR_ATTENTION_PARTIAL);
   static_assert(!is_sharded_v<Q> || sharded_on<Q, 1>, SHARDEX_ERR_ATTENTION_SHARDED_DIM);
+  /// The result's layout: q's.
   using type = Q;
 };
 }  // namespace rules
 
+/// @brief The node of `attention(q, k, v)`; its layout is rules::attention's.
 template <TensorExpr Q, TensorExpr K, TensorExpr V>
 class Attention {
 public:
+  ///@{
+  /// The TensorExpr interface (q's shape, communicator and mapping; the layout
+  /// of rules::attention), `node_name` as explain() prints it, and the operands.
   static constexpr const char* node_name = "attention";
   using value_type = typename Q::value_type;
   using device_type = typename Q::device_type;
   using layout_type =
       typename rules::attention<typename Q::layout_type, typename K::layout_type, typename V::layout_type>::type;
 
+  /// The node of the attention of q, k, v (attention() builds it).
   Attention(Q q, K k, V v) : q_(std::move(q)), k_(std::move(k)), v_(std::move(v)) {}
   [[nodiscard]] Shape shape() const { return q_.shape(); }
   [[nodiscard]] decltype(auto) comm() const { return q_.comm(); }
@@ -44,6 +52,7 @@ public:
   [[nodiscard]] const Q& q() const noexcept { return q_; }
   [[nodiscard]] const K& k() const noexcept { return k_; }
   [[nodiscard]] const V& v() const noexcept { return v_; }
+  ///@}
 
 private:
   Q q_;
@@ -51,6 +60,7 @@ private:
   V v_;
 };
 
+/// softmax(q k^T / sqrt(dh)) v per head, for (seq, heads, dh) tensors, lazy.
 template <TensorExpr Q, TensorExpr K, TensorExpr V>
 auto attention(const Q& q, const K& k, const V& v) {
   return Attention<Q, K, V>(q, k, v);
@@ -77,6 +87,9 @@ struct AttentionShapes {
 
 }  // namespace detail
 
+/// Runs the node: batched GEMMs and a row softmax over the heads; the
+/// backward recomputes the probabilities.
+/// @throws invalid_argument unless q, k, v are 3-d of one local shape.
 template <TensorExpr Q, TensorExpr K, TensorExpr V>
 auto evaluate(const Attention<Q, K, V>& e) {
   using T = typename Q::value_type;

@@ -30,6 +30,8 @@ namespace shardex {
 /// Marks an operand broadcast along the last dim of the other operand (a bias).
 template <TensorExpr E>
 struct BroadcastLast {
+  ///@{
+  /// The TensorExpr interface: the operand's, whose layout is checked by rules::bias.
   using value_type = typename E::value_type;
   using layout_type = typename E::layout_type;
   using device_type = typename E::device_type;
@@ -37,6 +39,7 @@ struct BroadcastLast {
   [[nodiscard]] Shape shape() const { return arg.shape(); }
   [[nodiscard]] decltype(auto) mapping() const { return arg.mapping(); }
   [[nodiscard]] decltype(auto) comm() const { return arg.comm(); }
+  ///@}
 };
 
 namespace detail {
@@ -84,16 +87,24 @@ struct elementwise_layout_of<ops::Add, A, BroadcastLast<B>> {
 };
 }  // namespace detail
 
+/// @brief The node of a fused element-wise expression: `Op` (an operation of
+/// device/elementwise_ops.hpp) applied to `Args...`, whose result layout is
+/// given by the rule of the operation (expr/rules.hpp).
 template <class Op, TensorExpr... Args>
 class Elementwise {
   using First = std::tuple_element_t<0, std::tuple<Args...>>;
 
 public:
+  ///@{
+  /// The TensorExpr interface: the operands' element type and device, the
+  /// layout of the operation's rule, the first operand's shape and
+  /// communicator, the first sharded operand's mapping.
   using value_type = typename First::value_type;
   using device_type = typename First::device_type;
   using layout_type = typename detail::elementwise_layout_of<Op, Args...>::type;
   static_assert((std::same_as<typename Args::value_type, value_type> && ...), SHARDEX_ERR_ELEMENTWISE_MIXED_TYPES);
 
+  /// The node of `op` on `args` (the operators and functions below build it).
   Elementwise(Op op, Args... args) : op_(op), args_(std::move(args)...) {}
 
   [[nodiscard]] Shape shape() const { return std::get<0>(args_).shape(); }
@@ -106,8 +117,10 @@ public:
       return {};
     }
   }
+  /// The operation (with its constant, for Scale and Shift), and the operands.
   [[nodiscard]] const Op& op() const noexcept { return op_; }
   [[nodiscard]] const std::tuple<Args...>& args() const noexcept { return args_; }
+  ///@}
 
 private:
   template <class A, class... Rest>
@@ -124,22 +137,28 @@ private:
 };
 
 // ---- building expressions ----------------------------------------------------
+/// a + b, element by element (rules::add: same layout).
 template <TensorExpr A, TensorExpr B>
 auto operator+(const A& a, const B& b) {
   return Elementwise<ops::Add, A, B>(ops::Add{}, a, b);
 }
+/// a - b, element by element (rules::add).
 template <TensorExpr A, TensorExpr B>
 auto operator-(const A& a, const B& b) {
   return Elementwise<ops::Sub, A, B>(ops::Sub{}, a, b);
 }
+/// a * b, element by element (rules::mul: no P * P).
 template <TensorExpr A, TensorExpr B>
 auto operator*(const A& a, const B& b) {
   return Elementwise<ops::Mul, A, B>(ops::Mul{}, a, b);
 }
+/// -a (linear: any layout).
 template <TensorExpr A>
 auto operator-(const A& a) {
   return Elementwise<ops::Neg, A>(ops::Neg{}, a);
 }
+///@{
+/// a * c, a / c, scale(a, c) (linear: any layout).
 template <TensorExpr A>
 auto operator*(const A& a, double c) {
   return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
@@ -156,6 +175,10 @@ template <TensorExpr A>
 auto scale(const A& a, double c) {
   return Elementwise<ops::Scale, A>(ops::Scale{c}, a);
 }
+///@}
+///@{
+/// a + c, c + a, a - c, c - a (rules::shift: not on a Partial tensor, which
+/// would add c once per rank).
 template <TensorExpr A>
 auto operator+(const A& a, double c) {
   return Elementwise<ops::Shift, A>(ops::Shift{c}, a);
@@ -172,42 +195,54 @@ template <TensorExpr A>
 auto operator-(double c, const A& a) {
   return -a + c;
 }
+///@}
+/// GeLU, tanh approximation (ops::Gelu). Like every non-linear function
+/// below, refused on a Partial tensor (rules::nonlinear).
 template <TensorExpr A>
 auto gelu(const A& a) {
   return Elementwise<ops::Gelu, A>(ops::Gelu{}, a);
 }
+/// max(a, 0).
 template <TensorExpr A>
 auto relu(const A& a) {
   return Elementwise<ops::Relu, A>(ops::Relu{}, a);
 }
+/// tanh(a) (math::tanh).
 template <TensorExpr A>
 auto tanh(const A& a) {
   return Elementwise<ops::Tanh, A>(ops::Tanh{}, a);
 }
+/// e^a.
 template <TensorExpr A>
 auto exp(const A& a) {
   return Elementwise<ops::Exp, A>(ops::Exp{}, a);
 }
+/// a / b, element by element (rules::div: the divisor cannot be Partial).
 template <TensorExpr A, TensorExpr B>
 auto operator/(const A& a, const B& b) {
   return Elementwise<ops::Div, A, B>(ops::Div{}, a, b);
 }
+/// The square root.
 template <TensorExpr A>
 auto sqrt(const A& a) {
   return Elementwise<ops::Sqrt, A>(ops::Sqrt{}, a);
 }
+/// 1 / sqrt(a) (a layer norm's scale).
 template <TensorExpr A>
 auto rsqrt(const A& a) {
   return Elementwise<ops::Rsqrt, A>(ops::Rsqrt{}, a);
 }
+/// The natural logarithm.
 template <TensorExpr A>
 auto log(const A& a) {
   return Elementwise<ops::Log, A>(ops::Log{}, a);
 }
+/// 1 / (1 + e^-a), computed without overflow.
 template <TensorExpr A>
 auto sigmoid(const A& a) {
   return Elementwise<ops::Sigmoid, A>(ops::Sigmoid{}, a);
 }
+/// a * sigmoid(a) (SwiGLU's gate).
 template <TensorExpr A>
 auto silu(const A& a) {
   return Elementwise<ops::Silu, A>(ops::Silu{}, a);
@@ -385,6 +420,9 @@ auto bind(const E& e) {
 
 }  // namespace detail
 
+/// Runs the tree in one pass over the local elements (operands that are not
+/// element-wise evaluated first), and records one node whose backward is one
+/// more pass.
 template <class Op, TensorExpr... Args>
 auto evaluate(const Elementwise<Op, Args...>& e) {
   using T = typename Elementwise<Op, Args...>::value_type;

@@ -29,9 +29,13 @@ template <class T, class L, class D>
 struct is_tensor<Tensor<T, L, D>> : std::true_type {};
 }  // namespace detail
 
+/// True for a `Tensor<T, L, Device>` (cv and references removed), false for a lazy node.
 template <class E>
 inline constexpr bool is_tensor_v = detail::is_tensor<std::remove_cvref_t<E>>::value;
 
+/// What an expression takes: a Tensor, or a lazy node that will evaluate to
+/// one. Minimal complete definition: `value_type`, `layout_type`,
+/// `device_type`, `shape()` (the global shape), `mapping()`, `comm()`.
 template <class E>
 concept TensorExpr = requires(const E& e) {
   typename E::value_type;
@@ -46,6 +50,7 @@ concept TensorExpr = requires(const E& e) {
 template <class E>
 concept LazyExpr = TensorExpr<E> && !is_tensor_v<E>;
 
+/// The tensor an expression evaluates to.
 template <TensorExpr E>
 using eval_t = Tensor<typename E::value_type, typename E::layout_type, typename E::device_type>;
 

@@ -15,14 +15,21 @@
 
 namespace shardex {
 
+/// @brief The node of `matmul(a, b)` for 2-d a and b; its layout is rules::matmul's.
 template <TensorExpr A, TensorExpr B>
 class MatMul {
 public:
+  ///@{
+  /// The TensorExpr interface: a's element type and device, rules::matmul's
+  /// layout, the shape (a's rows, b's columns), a's communicator, and the
+  /// mapping of the sharded operand the result keeps (b's column-parallel, a's
+  /// row-sharded).
   using value_type = typename A::value_type;
   using device_type = typename A::device_type;
   using layout_type = typename rules::matmul<typename A::layout_type, typename B::layout_type>::type;
   static_assert(std::same_as<typename B::value_type, value_type>, SHARDEX_ERR_MATMUL_MIXED_TYPES);
 
+  /// The node of a x b (matmul() builds it).
   MatMul(A a, B b) : a_(std::move(a)), b_(std::move(b)) {}
 
   [[nodiscard]] Shape shape() const {
@@ -38,14 +45,20 @@ public:
     else
       return {};
   }
+  ///@}
+  ///@{
+  /// The operands a and b.
   [[nodiscard]] const A& lhs() const noexcept { return a_; }
   [[nodiscard]] const B& rhs() const noexcept { return b_; }
+  ///@}
 
 private:
   A a_;
   B b_;
 };
 
+/// The 2-d product a x b, lazy; the layouts must fit a rule of rules::matmul
+/// (a compile error names the pair otherwise).
 template <TensorExpr A, TensorExpr B>
 auto matmul(const A& a, const B& b) {
   return MatMul<A, B>(a, b);
@@ -61,6 +74,9 @@ void check_2d(const X& x, const char* which, const std::string& where) {
 
 }  // namespace detail
 
+/// Runs the node: one local GEMM, and the backward's two (da = g b^T, db = a^T g).
+/// @throws invalid_argument if a or b is not 2-d or the contraction dims (or
+/// their lengths) differ.
 template <TensorExpr A, TensorExpr B>
 auto evaluate(const MatMul<A, B>& e) {
   using T = typename MatMul<A, B>::value_type;

@@ -14,8 +14,11 @@
 
 namespace shardex {
 
+/// What evaluating an expression runs (explain(expr) returns it).
 struct Plan {
+  /// The forward steps, in order.
   std::vector<PlanStep> steps;
+  /// Each simplification applied: the chain it replaced => the route run instead.
   std::vector<std::string> simplifications;
   /// The transitions backward(loss) runs for this expression's transitions, in
   /// the order it runs them: each one the adjoint entry of a forward step

@@ -33,14 +33,22 @@
 
 namespace shardex {
 
+/// @brief The node of a layout transition of E's value to layout To
+/// (all_gather(), reduce_scatter(), ... build it; see the file's note).
 template <TensorExpr E, LayoutTag To>
 class Redistribute {
 public:
+  ///@{
+  /// The TensorExpr interface (x's element type, device, shape and
+  /// communicator; layout To with the target mapping), the layout it comes
+  /// from, the operand and the strategy asked for.
   using value_type = typename E::value_type;
   using device_type = typename E::device_type;
   using layout_type = To;
   using source_layout = typename E::layout_type;
 
+  /// The transition of `arg` to To with mapping `to` and strategy `s`; `name`
+  /// is the operation the user wrote.
   Redistribute(E arg, layout_mapping<To> to, Strategy s, const char* name)
       : arg_(std::move(arg)), to_(std::move(to)), strategy_(s), name_(name) {}
 
@@ -49,6 +57,7 @@ public:
   [[nodiscard]] const layout_mapping<To>& mapping() const noexcept { return to_; }
   [[nodiscard]] const E& arg() const noexcept { return arg_; }
   [[nodiscard]] Strategy strategy() const noexcept { return strategy_; }
+  ///@}
   /// The operation the user wrote ("all_gather", "redistribute", ...).
   [[nodiscard]] const char* name() const noexcept { return name_; }
 
@@ -208,6 +217,8 @@ struct Runner {
 
 }  // namespace detail
 
+/// Runs the chain of transitions ending here, simplified, each step by its
+/// table entry (and records their adjoints).
 template <TensorExpr E, LayoutTag To>
 auto evaluate(const Redistribute<E, To>& r) {
   detail::Runner run;
@@ -215,6 +226,7 @@ auto evaluate(const Redistribute<E, To>& r) {
 }
 
 // ---- the user's spellings ------------------------------------------------------
+/// The layout of an expression.
 template <class X>
 using layout_of = typename X::layout_type;
 
@@ -262,7 +274,7 @@ auto dynamic_slice(const X& x, layout_mapping<To> to = lengths_from_type<To>()) 
   return slice<To>(x, std::move(to));
 }
 
-/// Sharded<C> -> Sharded<S>, C != S: the uneven all-to-all of DESIGN.md section 2.
+/// `Sharded<C>` -> `Sharded<S>`, C != S: the uneven all-to-all of DESIGN.md section 2.
 /// The target's lengths: none for static ones, `{3, 0, 5, 2}` or a vector for dynamic ones.
 template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
 auto all_to_all(const X& x, layout_mapping<To> to = lengths_from_type<To>(), S s = Strategy::automatic) {

@@ -13,30 +13,40 @@
 
 namespace shardex {
 
+/// @brief The node of `reshape(x, shape)`: x's layout and mapping, another global shape.
 template <TensorExpr E>
 class Reshape {
 public:
+  ///@{
+  /// The TensorExpr interface (x's, with the new global shape), `node_name`
+  /// as explain() prints it, and the operand.
   static constexpr const char* node_name = "reshape";
   using value_type = typename E::value_type;
   using device_type = typename E::device_type;
   using layout_type = typename E::layout_type;
 
+  /// The node of x seen with global shape `to` (reshape() builds it).
   Reshape(E arg, Shape to) : arg_(std::move(arg)), to_(to) {}
   [[nodiscard]] Shape shape() const { return to_; }
   [[nodiscard]] decltype(auto) comm() const { return arg_.comm(); }
   [[nodiscard]] decltype(auto) mapping() const { return arg_.mapping(); }
   [[nodiscard]] const E& arg() const noexcept { return arg_; }
+  ///@}
 
 private:
   E arg_;
   Shape to_;
 };
 
+/// x's elements under the global shape `to`, lazy (the rules in the file's note).
 template <TensorExpr E>
 auto reshape(const E& x, const Shape& to) {
   return Reshape<E>(x, to);
 }
 
+/// Runs the node: one local copy; the backward copies the gradient back.
+/// @throws invalid_argument if the element count differs, or a sharded x's
+/// dims up to the sharded one change.
 template <TensorExpr E>
 auto evaluate(const Reshape<E>& e) {
   using T = typename E::value_type;

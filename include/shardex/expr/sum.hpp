@@ -22,12 +22,17 @@ using sum_layout_t = typename rules::sum_all<L>::type;
 template <TensorExpr E, int K>
 class Sum {
 public:
+  ///@{
+  /// The TensorExpr interface (x's element type and device; the layout of
+  /// rules::sum_all or rules::sum_dim; the shape without dim K, 0-d for all
+  /// dims), `node_name` as explain() prints it, and the operand.
   static constexpr const char* node_name = K < 0 ? "sum" : "sum_dim";
   using value_type = typename E::value_type;
   using device_type = typename E::device_type;
   using layout_type = std::conditional_t < K<0, typename rules::sum_all<typename E::layout_type>::type,
                                              typename rules::sum_dim<typename E::layout_type, (K < 0 ? 0 : K)>::type>;
 
+  /// The node of the sum of x (sum() builds it).
   explicit Sum(E arg) : arg_(std::move(arg)) {}
 
   [[nodiscard]] Shape shape() const {
@@ -49,6 +54,7 @@ public:
       return {};
   }
   [[nodiscard]] const E& arg() const noexcept { return arg_; }
+  ///@}
 
 private:
   E arg_;
@@ -67,6 +73,8 @@ auto sum(const E& x) {
   return Sum<E, K>(x);
 }
 
+/// Runs the node: a local sum; the backward broadcasts the gradient back.
+/// @throws invalid_argument if x has no dim K.
 template <TensorExpr E, int K>
 auto evaluate(const Sum<E, K>& e) {
   using T = typename E::value_type;

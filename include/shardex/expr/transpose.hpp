@@ -10,14 +10,19 @@
 
 namespace shardex {
 
+/// @brief The node of `transpose(x)` for a 2-d x; its layout is rules::transpose's.
 template <TensorExpr E>
 class Transpose {
 public:
+  ///@{
+  /// The TensorExpr interface (the shape's two dims swapped, the layout of
+  /// rules::transpose, x's lengths), `node_name` as explain() prints it, and the operand.
   static constexpr const char* node_name = "transpose";
   using value_type = typename E::value_type;
   using device_type = typename E::device_type;
   using layout_type = typename rules::transpose<typename E::layout_type>::type;
 
+  /// The node of x transposed (transpose() builds it).
   explicit Transpose(E arg) : arg_(std::move(arg)) {}
   [[nodiscard]] Shape shape() const {
     const Shape s = arg_.shape();
@@ -31,16 +36,20 @@ public:
       return {};
   }
   [[nodiscard]] const E& arg() const noexcept { return arg_; }
+  ///@}
 
 private:
   E arg_;
 };
 
+/// x^T for a 2-d x, lazy: S(0) <-> S(1), other layouts kept.
 template <TensorExpr E>
 auto transpose(const E& x) {
   return Transpose<E>(x);
 }
 
+/// Runs the node: one local transpose; the backward transposes the gradient back.
+/// @throws invalid_argument if x is not 2-d.
 template <TensorExpr E>
 auto evaluate(const Transpose<E>& e) {
   using T = typename E::value_type;

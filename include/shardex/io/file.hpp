@@ -26,10 +26,16 @@ namespace shardex::io {
 /// starts at `start` and spans `count` elements per dim. An empty box (a
 /// zero count) moves nothing. A 0-d array is one element.
 struct FileBox {
+  /// The array's first byte in the file.
   std::int64_t offset = 0;
+  /// Bytes per element.
   int elem_bytes = 4;
+  ///@{
+  /// The array's extents, the box's first index and its extent, per dim.
   std::vector<std::int64_t> extents, start, count;
+  ///@}
 
+  /// The number of elements in the box.
   [[nodiscard]] std::int64_t elements() const {
     std::int64_t n = 1;
     for (auto c : count) n *= c;
@@ -58,9 +64,13 @@ void write_boxes(const mpi::Communicator& comm, const std::string& path, std::st
 /// and the file's size, read by rank 0 and broadcast, so that every rank
 /// parses the same bytes and fails alike.
 struct FileHead {
+  /// The first bytes.
   std::string bytes;
+  /// The file's size in bytes.
   std::int64_t size = 0;
 };
+/// The FileHead of `path` (see FileHead).
+/// @throws shardex::error on every rank if rank 0 cannot read the file.
 FileHead read_head(const mpi::Communicator& comm, const std::string& path, std::int64_t n);
 
 /// Collective: every rank reads its box `boxes[k]` into `data[k]` (a

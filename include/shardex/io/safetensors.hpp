@@ -238,8 +238,11 @@ inline void save(const std::string& path, TensorList list) {
 
 /// A tensor of a file: its name, dtype and shape.
 struct TensorInfo {
+  /// The tensor's name in the file.
   std::string name;
+  /// Its safetensors dtype ("F32", "BF16", ...).
   std::string dtype;
+  /// Its shape.
   Shape shape;
 };
 

@@ -18,14 +18,22 @@ namespace shardex::io {
 /// One tensor of a file: name, dtype ("F32", "F64", ...), shape, and its
 /// bytes [begin, end) in the data section.
 struct TensorEntry {
+  /// The tensor's name (the header's key).
   std::string name;
+  /// Its dtype ("F32", "BF16", ...).
   std::string dtype;
+  /// Its shape.
   std::vector<std::int64_t> shape;
+  ///@{
+  /// Its data_offsets: bytes [begin, end) of the data section.
   std::int64_t begin = 0, end = 0;
+  ///@}
 };
 
+/// A parsed safetensors header (parse_header checks it against the file).
 struct SafetensorsHeader {
   std::vector<TensorEntry> tensors;  ///< in the order of their data
+  /// The `__metadata__` strings.
   std::map<std::string, std::string> metadata;
   std::int64_t data_begin = 0;  ///< 8 + the header's length: where the data section starts
 

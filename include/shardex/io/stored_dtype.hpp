@@ -31,21 +31,29 @@ bool is_float_dtype(std::string_view dtype);
 /// Whether every value of the float dtype `from` is exact in `to`.
 bool holds_exactly(std::string_view from, std::string_view to);
 
+///@{
 /// The bits of the bfloat16 (8-bit exponent, 7-bit fraction) or IEEE
 /// half (5-bit exponent, 10-bit fraction) nearest to `v`, ties to even,
 /// rounded once (a double is not first rounded to float); beyond the
 /// largest finite value, infinity; a NaN is a quiet NaN of the same sign.
 std::uint16_t bf16_bits(double v);
 std::uint16_t f16_bits(double v);
+///@}
+///@{
 /// The value of bfloat16 or half bits (exact in float).
 float bf16_value(std::uint16_t bits);
 float f16_value(std::uint16_t bits);
+///@}
 
+///@{
 /// `n` elements of the float dtype `from` at `src` as T at `dst`.
 void decode(std::string_view from, const void* src, float* dst, std::int64_t n);
 void decode(std::string_view from, const void* src, double* dst, std::int64_t n);
+///@}
+///@{
 /// `n` elements of `src` as the float dtype `to` at `dst`.
 void encode(const float* src, std::string_view to, void* dst, std::int64_t n);
 void encode(const double* src, std::string_view to, void* dst, std::int64_t n);
+///@}
 
 }  // namespace shardex::io

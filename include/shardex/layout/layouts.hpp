@@ -27,30 +27,43 @@
 
 namespace shardex {
 
+/// Which of the four layouts a tag is: the value of its `kind`.
 enum class LayoutKind { invariant, replicated, partial, sharded };
 
 /// One value shared by all ranks (a parameter, a model input). Its gradient is
 /// shared too: `dual_t<Invariant> = Invariant`.
 struct Invariant {
+  ///@{
+  /// The `LayoutTag` queries, usable in constant expressions: `kind`; whether
+  /// each rank holds the whole shape (`is_always_whole`); whether the logical
+  /// value is a pending sum over ranks (`needs_reduction`).
   static constexpr LayoutKind kind = LayoutKind::invariant;
   static constexpr bool is_always_whole() noexcept { return true; }
   static constexpr bool needs_reduction() noexcept { return false; }
+  ///@}
 };
 
 /// An equal copy on every rank, each used on its own. The gradients of n copies
 /// used separately are n contributions: `dual_t<Replicated> = Partial`.
 struct Replicated {
+  ///@{
+  /// The `LayoutTag` queries (see Invariant): whole on every rank, no pending sum.
   static constexpr LayoutKind kind = LayoutKind::replicated;
   static constexpr bool is_always_whole() noexcept { return true; }
   static constexpr bool needs_reduction() noexcept { return false; }
+  ///@}
 };
 
 /// A pending sum: the logical value is the sum over ranks of the local tensors.
 /// `dual_t<Partial> = Replicated`.
 struct Partial {
+  ///@{
+  /// The `LayoutTag` queries (see Invariant): whole-shape on every rank, and a
+  /// pending sum (`needs_reduction()` is true).
   static constexpr LayoutKind kind = LayoutKind::partial;
   static constexpr bool is_always_whole() noexcept { return true; }
   static constexpr bool needs_reduction() noexcept { return true; }
+  ///@}
 };
 
 /// Sharded along dim `D`; rank r holds [off_r, off_r + len_r). `Lengths` is
@@ -59,6 +72,10 @@ struct Partial {
 template <int D, LengthsSpec Lengths = dynamic_lengths>
 struct Sharded {
   static_assert(D >= 0, SHARDEX_ERR_SHARDED_NEGATIVE_DIM);
+  ///@{
+  /// The `LayoutTag` queries (see Invariant): a slice on each rank, no pending
+  /// sum; `dim` and `shard_dim()` are D, `lengths_type` is Lengths and
+  /// `has_static_lengths` tells whether Lengths is `lengths<...>`.
   static constexpr LayoutKind kind = LayoutKind::sharded;
   static constexpr int dim = D;
   using lengths_type = Lengths;
@@ -66,6 +83,7 @@ struct Sharded {
   static constexpr bool is_always_whole() noexcept { return false; }
   static constexpr bool needs_reduction() noexcept { return false; }
   static constexpr int shard_dim() noexcept { return D; }
+  ///@}
 };
 
 namespace detail {
@@ -75,29 +93,39 @@ template <int D, class Ls>
 struct is_sharded<Sharded<D, Ls>> : std::true_type {};
 }  // namespace detail
 
+/// True for `Sharded<D, Lengths>`, whatever D and Lengths.
 template <class L>
 inline constexpr bool is_sharded_v = detail::is_sharded<L>::value;
 
+/// The four layouts: Invariant, Replicated, Partial and any Sharded<D, Lengths>.
 template <class L>
 concept LayoutTag =
     std::same_as<L, Invariant> || std::same_as<L, Replicated> || std::same_as<L, Partial> || is_sharded_v<L>;
 
+/// A `Sharded<D, Lengths>` layout.
 template <class L>
 concept ShardedLayout = is_sharded_v<L>;
 
 /// The layout of the gradient of a tensor of layout L (DESIGN.md section 1).
 template <LayoutTag L>
 struct dual {
+  /// Invariant and Sharded are their own duals.
   using type = L;
 };
+/// The gradient of a Replicated value is Partial: one contribution per copy.
 template <>
 struct dual<Replicated> {
+  /// Partial.
   using type = Partial;
 };
+/// The gradient of a Partial value is Replicated: each part's gradient is the
+/// gradient of the sum.
 template <>
 struct dual<Partial> {
+  /// Replicated.
   using type = Replicated;
 };
+/// `dual<L>::type`: the layout of the gradient of a tensor of layout L.
 template <LayoutTag L>
 using dual_t = typename dual<L>::type;
 

@@ -32,9 +32,13 @@ struct lengths {
   static_assert(sizeof...(Ls) > 0, SHARDEX_ERR_LENGTHS_EMPTY);
   static_assert(((Ls >= 0) && ...), SHARDEX_ERR_LENGTHS_NEGATIVE);
 
+  /// The lengths, rank by rank.
   static constexpr std::array<std::int64_t, sizeof...(Ls)> values{Ls...};
+  /// The number of ranks the list is for.
   static constexpr std::size_t count = sizeof...(Ls);
+  /// The global extent of the sharded dim.
   static constexpr std::int64_t sum = (Ls + ... + 0);
+  /// The longest shard (the padding of a padded collective).
   static constexpr std::int64_t max = std::max({Ls...});
   /// offsets[r] = lengths[0] + ... + lengths[r-1]; offsets[count] = sum.
   static constexpr std::array<std::int64_t, sizeof...(Ls) + 1> offsets = [] {
@@ -42,6 +46,7 @@ struct lengths {
     for (std::size_t r = 0; r < count; ++r) o[r + 1] = o[r] + values[r];
     return o;
   }();
+  /// All ranks hold the same length.
   static constexpr bool is_even = ((Ls == values[0]) && ...);
 };
 
@@ -59,6 +64,7 @@ struct is_static_lengths<lengths<Ls...>> : std::true_type {};
 template <class L>
 concept LengthsSpec = detail::is_static_lengths<L>::value || std::same_as<L, dynamic_lengths>;
 
+/// True for `lengths<...>`, false for `dynamic_lengths`.
 template <class L>
 inline constexpr bool is_static_lengths_v = detail::is_static_lengths<L>::value;
 
@@ -69,6 +75,7 @@ inline std::vector<std::int64_t> offsets_of(std::span<const std::int64_t> ls) {
   return o;
 }
 
+/// The longest of a run-time lengths list (0 for an empty one).
 inline std::int64_t max_of(std::span<const std::int64_t> ls) {
   return ls.empty() ? 0 : *std::max_element(ls.begin(), ls.end());
 }

@@ -21,14 +21,18 @@ namespace shardex {
 /// Empty mapping of the unsharded layouts (I, R, P).
 template <LayoutTag L>
 struct layout_mapping {
+  /// Always equal: there is nothing to compare.
   friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
 };
 
 /// Static lengths: nothing stored.
 template <int D, std::int64_t... Ls>
 struct layout_mapping<Sharded<D, lengths<Ls...>>> {
+  /// The `lengths<Ls...>` of the layout.
   using lengths_type = shardex::lengths<Ls...>;
+  /// The lengths, rank by rank, from the type.
   static constexpr std::span<const std::int64_t> lengths() noexcept { return lengths_type::values; }
+  /// Always equal: the lengths are in the type.
   friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
 };
 
@@ -38,9 +42,14 @@ struct layout_mapping<Sharded<D, lengths<Ls...>>> {
 template <int D>
 struct layout_mapping<Sharded<D, dynamic_lengths>> {
   layout_mapping() = default;
+  /// From a lengths list, one per rank (checked where a tensor is made or a
+  /// transition planned: check_mapping).
   layout_mapping(std::vector<std::int64_t> ls) : lengths_(std::move(ls)) {}  // NOLINT(google-explicit-constructor)
-  layout_mapping(std::initializer_list<std::int64_t> ls) : lengths_(ls) {}   // NOLINT(google-explicit-constructor)
+  /// From a braced list: `{3, 0, 5, 2}`.
+  layout_mapping(std::initializer_list<std::int64_t> ls) : lengths_(ls) {}  // NOLINT(google-explicit-constructor)
+  /// The lengths, rank by rank.
   [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept { return lengths_; }
+  /// Equal when the lengths lists are.
   friend bool operator==(const layout_mapping&, const layout_mapping&) = default;
 
 private:

@@ -35,6 +35,8 @@ inline std::int64_t all_to_all_sent_bytes(Strategy s, int n, int me, const Shape
   return all - xs.outer * lens_s[static_cast<std::size_t>(me)] * xs.inner * elem;
 }
 
+/// From `x`, this rank's slice along `dim_c` (lengths lens_c), to `y`, its
+/// slice along `dim_s` (lengths lens_s), by the resolved strategy `s`.
 template <class Dev, class Comm, class T>
 void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, T* y, const Shape& y_shape, int dim_c,
                 int dim_s, std::span<const std::int64_t> lens_c, std::span<const std::int64_t> lens_s) {

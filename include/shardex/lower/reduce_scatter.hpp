@@ -21,6 +21,9 @@ inline std::int64_t reduce_scatter_sent_bytes(Strategy s, int n, const DimView& 
   return s == Strategy::padded ? n * max_of(lens) * row : full.extent * row;
 }
 
+/// Reduce-scatters `in` (the whole (outer, N, inner) tensor on every rank)
+/// into `out`, rank r's (outer, lens[r], inner) slice of the sum, by the
+/// resolved strategy `s`.
 template <class Dev, class Comm, class T>
 void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const DimView& full,
                     std::span<const std::int64_t> lens) {

@@ -28,6 +28,8 @@ inline std::int64_t reshard_sent_bytes(Strategy s, int me, const Shape& global, 
   return (old_lens[m] - kept) * row;
 }
 
+/// Moves the rows of `x`, this rank's slice along `dim` under `old_lens`, to
+/// `y`, its slice under `new_lens`, by the resolved strategy `s`.
 template <class Dev, class Comm, class T>
 void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global, int dim,
              std::span<const std::int64_t> old_lens, std::span<const std::int64_t> new_lens) {

@@ -28,8 +28,14 @@
 
 namespace shardex {
 
+/// How a collective over uneven shards is lowered: `automatic` (choose_strategy
+/// picks), `padded` (one equal-count collective of max-length blocks),
+/// `per_root` (one broadcast or reduce per rank), `v_collective` (the backend's
+/// v collective, MPI only), `send_recv` (a grouped send/receive ring, for the
+/// exchanges: all_to_all, reshard). supports() says which apply to an operation.
 enum class Strategy { automatic, padded, per_root, v_collective, send_recv };
 
+/// The operations that have strategies.
 enum class CollectiveOp { all_gather, reduce_scatter, all_to_all, reshard };
 
 /// A strategy known at compile time: `strategy::padded` and its siblings.
@@ -37,16 +43,22 @@ enum class CollectiveOp { all_gather, reduce_scatter, all_to_all, reshard };
 /// strategy the tensor's backend cannot run (v_collective on NCCL).
 template <Strategy S>
 struct strategy_constant {
+  /// The strategy, as a value.
   static constexpr Strategy value = S;
+  /// Converts to the run-time Strategy S.
   constexpr operator Strategy() const noexcept { return S; }  // NOLINT(google-explicit-constructor)
 };
 
 namespace strategy {
+///@{
+/// Strategy::automatic, padded, per_root, v_collective and send_recv as
+/// compile-time constants.
 inline constexpr strategy_constant<Strategy::automatic> automatic{};
 inline constexpr strategy_constant<Strategy::padded> padded{};
 inline constexpr strategy_constant<Strategy::per_root> per_root{};
 inline constexpr strategy_constant<Strategy::v_collective> v_collective{};
 inline constexpr strategy_constant<Strategy::send_recv> send_recv{};
+///@}
 }  // namespace strategy
 
 template <class S>
@@ -58,6 +70,7 @@ struct is_strategy_constant<strategy_constant<S>> : std::true_type {};
 template <class S>
 concept StrategyLike = std::same_as<S, Strategy> || is_strategy_constant<S>::value;
 
+/// The strategy's name, as explain() and the errors print it ("padded", ...).
 constexpr const char* strategy_name(Strategy s) {
   switch (s) {
     case Strategy::automatic:
@@ -74,6 +87,7 @@ constexpr const char* strategy_name(Strategy s) {
   return "?";
 }
 
+/// The operation's name ("all_gather", ...).
 constexpr const char* op_name(CollectiveOp op) {
   switch (op) {
     case CollectiveOp::all_gather:
@@ -102,6 +116,9 @@ inline Pieces pieces_along(const Shape& g, int dim) {
   return dim < g.rank() && g.outer(dim) > 1 ? Pieces::strided : Pieces::contiguous;
 }
 
+/// Whether `op` has a lowering `s`: automatic and v_collective apply to all;
+/// padded to all but reshard; per_root to all_gather and reduce_scatter;
+/// send_recv to all_to_all and reshard.
 constexpr bool supports(CollectiveOp op, Strategy s) {
   const bool exchange = op == CollectiveOp::all_to_all || op == CollectiveOp::reshard;
   if (s == Strategy::automatic || s == Strategy::v_collective) return true;
@@ -116,6 +133,7 @@ constexpr bool supports(CollectiveOp op, Strategy s) {
 /// measured on MPI.
 struct CostModel {
   double latency_s = 20e-6;  ///< one collective call
+  /// The inverse bandwidth.
   double seconds_per_byte = 1e-9;
   // On MPI (the v collectives exist), the cases bench/collectives measured a
   // lowering other than the v collective to win in (bench/RESULTS.md):
@@ -127,6 +145,8 @@ struct CostModel {
   /// ranks is faster as one broadcast per root than as MPI_Allgatherv
   /// (1.2-1.6x on 4 ranks up to 1 MiB); with 2 ranks they tie.
   std::int64_t mpi_rooted_all_gather_max_bytes = std::int64_t(1) << 20;
+  /// The most ranks for which per_root can win an all_gather on MPI (see
+  /// mpi_rooted_all_gather_max_bytes).
   int mpi_rooted_max_ranks = 8;
   /// Up to this many bytes an all_to_all is faster as grouped send/receive
   /// than as MPI_Alltoallv/Alltoallw (1.02-1.10x; they tie at 256 KiB and the

@@ -23,8 +23,11 @@ namespace shardex {
 /// A string usable as a template argument (a structural type).
 template <std::size_t N>
 struct fixed_name {
+  /// The characters, with the terminating NUL.
   char text[N]{};
+  /// From a string literal: `axis<"tp">`.
   constexpr fixed_name(const char (&s)[N]) { std::copy_n(s, N, text); }  // NOLINT(google-explicit-constructor)
+  /// The name, without the NUL.
   [[nodiscard]] constexpr std::string_view view() const { return {text, N - 1}; }
 };
 
@@ -35,7 +38,9 @@ struct fixed_name {
 template <fixed_name Name, int Size = 0>
 struct axis {
   static_assert(Size >= 0, SHARDEX_ERR_MESH_AXIS_SIZE);
+  /// The axis' name, as messages and explain() print it.
   static constexpr std::string_view name = Name.view();
+  /// Size, 0 if the mesh gives it at run time.
   static constexpr int size = Size;
 };
 

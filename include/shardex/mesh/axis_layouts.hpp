@@ -42,7 +42,9 @@ namespace hana = boost::hana;
 /// The layouts of a tensor on the axes of its mesh, in the mesh's order.
 template <LayoutTag... Ls>
 struct per_axis {
+  /// The layouts, as a Boost.Hana tuple of types.
   static constexpr auto types = hana::tuple_t<Ls...>;
+  /// The number of layouts (the mesh's axis count).
   static constexpr std::size_t count = sizeof...(Ls);
   /// The run-time lengths of each axis' layout (empty for I, R, P and static lengths).
   using mappings = hana::tuple<layout_mapping<Ls>...>;

@@ -69,14 +69,19 @@ Comm device_communicator(const mpi::Communicator& c, int device) {
 
 }  // namespace detail
 
+/// @brief A grid of the ranks of a communicator with one typed axis per
+/// dimension, each with its sub-communicator on `Device` (see the file's note).
 template <class Device, MeshAxis... Axes>
 class DeviceMesh {
   static_assert(sizeof...(Axes) > 0, SHARDEX_ERR_MESH_NO_AXES);
 
 public:
+  ///@{
+  /// The device, its communicator type, and the number of axes.
   using device_type = Device;
   using communicator = typename Device::communicator;
   static constexpr std::size_t axis_count = sizeof...(Axes);
+  ///@}
 
   /// Whether `A` is an axis of this mesh.
   template <class A>
@@ -139,6 +144,7 @@ public:
     }
   }
 
+  /// False for a default-constructed mesh (an empty handle).
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
   /// The communicator the mesh was made from.
   [[nodiscard]] const mpi::Communicator& world() const { return state().world; }
@@ -148,6 +154,9 @@ public:
     static_assert(has_axis<A>, SHARDEX_ERR_MESH_NO_SUCH_AXIS);
     return state().comms[index_of<A>];
   }
+  ///@{
+  /// The sub-communicator, the size and this rank's coordinate of the k-th
+  /// axis, or of axis A.
   [[nodiscard]] const communicator& comm(std::size_t k) const { return state().comms[k]; }
   [[nodiscard]] int size(std::size_t k) const { return state().sizes[k]; }
   [[nodiscard]] int coord(std::size_t k) const { return state().coords[k]; }
@@ -161,10 +170,15 @@ public:
     static_assert(has_axis<A>, SHARDEX_ERR_MESH_NO_SUCH_AXIS);
     return coord(index_of<A>);
   }
+  ///@}
+  ///@{
+  /// All axes at once: their sizes, this rank's coordinates, the axes' names,
+  /// and the sizes their types fix (0 where a type leaves it to run time).
   [[nodiscard]] const std::array<int, axis_count>& sizes() const { return state().sizes; }
   [[nodiscard]] const std::array<int, axis_count>& coords() const { return state().coords; }
   static constexpr std::array<std::string_view, axis_count> names() { return {Axes::name...}; }
   static constexpr std::array<int, axis_count> static_sizes() { return {Axes::size...}; }
+  ///@}
 
   /// "2 x 3 mesh (dp, tp)"; with this rank's place: "... at (1, 0)".
   [[nodiscard]] std::string str() const {

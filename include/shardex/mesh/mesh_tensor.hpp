@@ -68,6 +68,9 @@ constexpr bool static_lengths_fit() {
 }
 }  // namespace detail
 
+/// @brief A rank's local part of a global tensor spread over mesh M, with
+/// one layout per mesh axis (Ls, a per_axis list) in its type (see the
+/// file's note). A shared handle, like Tensor.
 template <Scalar T, MeshType M, PerAxisLayouts Ls>
 class MeshTensor {
   static_assert(Ls::count == M::axis_count, SHARDEX_ERR_MESH_LAYOUT_COUNT);
@@ -75,6 +78,9 @@ class MeshTensor {
   static_assert(detail::static_lengths_fit<M, Ls>(), SHARDEX_ERR_MESH_STATIC_LENGTHS_COUNT);
 
 public:
+  ///@{
+  /// The element type, the mesh, the per-axis layouts, the device, the
+  /// mappings (one per axis), the number of axes and the last one's index.
   using value_type = T;
   using mesh_type = M;
   using layouts = Ls;
@@ -82,10 +88,13 @@ public:
   using mappings_type = typename Ls::mappings;
   static constexpr std::size_t axis_count = M::axis_count;
   static constexpr std::size_t last = axis_count - 1;
+  ///@}
+  /// The layout along axis I.
   template <std::size_t I>
   using layout_at = layout_at_t<Ls, I>;
   /// The local data, seen along the last axis.
   using inner_type = Tensor<T, layout_at<last>, device_type>;
+  /// The gradient's type: the dual layout on every axis.
   using grad_type = MeshTensor<T, M, dual_layouts_t<Ls>>;
 
   MeshTensor() = default;
@@ -180,24 +189,37 @@ public:
   }
 
   // ---- observers ------------------------------------------------------------------------
+  /// False for an empty handle (default-constructed or moved-from).
   [[nodiscard]] bool valid() const noexcept { return inner_.valid(); }
+  /// Throws `shardex::error` naming `op` if this is an empty handle.
   void require_valid(const char* op) const {
     if (!valid())
       throw error(std::string(op) +
                   ": the mesh tensor is empty (default-constructed or moved-from); assign it one first");
   }
+  /// The mesh it lives on.
   [[nodiscard]] const M& mesh() const noexcept { return mesh_; }
+  /// The global shape.
   [[nodiscard]] const Shape& shape() const noexcept { return global_; }
+  /// The shape of this rank's part (each sharded dim cut to its length here).
   [[nodiscard]] const Shape& local_shape() const noexcept { return inner_.local_shape(); }
+  ///@{
+  /// The mappings of all axes, or of axis I.
   [[nodiscard]] const mappings_type& mappings() const noexcept { return maps_; }
   template <std::size_t I>
   [[nodiscard]] const layout_mapping<layout_at<I>>& mapping() const noexcept {
     return hana::at_c<I>(maps_);
   }
+  ///@}
+  /// The local data as the Tensor seen along the last axis.
   [[nodiscard]] const inner_type& inner() const noexcept { return inner_; }
+  ///@{
+  /// The local elements (row-major, in the device's memory), their number, and
+  /// them as a span.
   [[nodiscard]] T* data() const noexcept { return inner_.data(); }
   [[nodiscard]] std::int64_t size() const noexcept { return inner_.size(); }
   [[nodiscard]] std::span<T> local() const noexcept { return inner_.local(); }
+  ///@}
   /// Whether this rank holds the first copy of its piece: coordinate 0 on
   /// every axis that does not shard (Invariant, Replicated). Summing over the
   /// ranks that do counts every element of the logical value once (what a
@@ -286,11 +308,14 @@ public:
   }
 
   // ---- autodiff ---------------------------------------------------------------------------
+  /// Marks this tensor as a leaf of the graph (a parameter) and returns it.
   MeshTensor& requires_grad() {
     inner_.requires_grad();
     return *this;
   }
+  /// Whether the tensor is in the autodiff graph.
   [[nodiscard]] bool is_differentiable() const noexcept { return inner_.is_differentiable(); }
+  /// Whether backward() has given it a gradient (since the last zero_grad()).
   [[nodiscard]] bool has_grad() const noexcept { return inner_.has_grad(); }
   /// The gradient, dual layout on every axis.
   [[nodiscard]] grad_type grad() const {
@@ -307,7 +332,9 @@ public:
           dual_mapping<layout_at<decltype(k)::value>>(hana::at_c<decltype(k)::value>(maps_))...);
     });
   }
+  /// Forgets the gradient.
   void zero_grad() const { inner_.zero_grad(); }
+  /// The same data, outside the graph.
   [[nodiscard]] MeshTensor detach() const { return assemble(mesh_, global_, maps_, inner_.detach()); }
 
 private:
@@ -392,6 +419,7 @@ struct is_mesh_tensor : std::false_type {};
 template <class T, class M, class Ls>
 struct is_mesh_tensor<MeshTensor<T, M, Ls>> : std::true_type {};
 }  // namespace detail
+/// True for a MeshTensor.
 template <class X>
 inline constexpr bool is_mesh_tensor_v = detail::is_mesh_tensor<X>::value;
 

@@ -90,6 +90,11 @@ void sgd_update(MeshTensor<T, M, Ls>& p, double lr) {
 /// Invariant axis), over the whole mesh.
 template <Scalar T, MeshType M, PerAxisLayouts Ls>
 struct grad_norm_part<MeshTensor<T, M, Ls>> {
+  ///@{
+  /// The parameter type P and the grad_norm_part interface
+  /// (autodiff/grad_norm.hpp): the mesh world's host communicator, the global
+  /// shape, the squares this rank counts (0 but on the first copy) and the
+  /// scaling of the local gradient.
   using P = MeshTensor<T, M, Ls>;
   static_assert(std::same_as<dual_layouts_t<Ls>, Ls>, SHARDEX_ERR_MESH_GRAD_NORM_NOT_SELF_DUAL);
   static const mpi::Communicator& comm(const P& p) { return detail::control_of(p.mesh().world()); }
@@ -102,6 +107,7 @@ struct grad_norm_part<MeshTensor<T, M, Ls>> {
   static void scale_grad(const P& p, double factor) {
     grad_norm_part<typename P::inner_type>::scale_grad(p.inner(), factor);
   }
+  ///@}
 };
 
 /// Runs `step` (a training step: forward, backward, update) and returns the

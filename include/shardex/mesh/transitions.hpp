@@ -49,15 +49,23 @@ inline void name_axis(Plan& p, std::string_view axis) {
 template <class Src, std::size_t I, class E>
 class AlongAxis {
 public:
+  ///@{
+  /// The element type and mesh of the source, its layouts with axis I's
+  /// replaced by the chain's result, the MeshTensor it evaluates to, and I.
   using value_type = typename Src::value_type;
   using mesh_type = typename Src::mesh_type;
   using layouts = replace_at_t<typename Src::layouts, I, typename E::layout_type>;
   using result_type = MeshTensor<value_type, mesh_type, layouts>;
   static constexpr std::size_t axis_index = I;
+  ///@}
 
+  /// The chain `e` along axis I of `src`.
   AlongAxis(Src src, E e) : src_(std::move(src)), e_(std::move(e)) {}
+  ///@{
+  /// The source mesh tensor, and the single-axis chain.
   [[nodiscard]] const Src& source() const noexcept { return src_; }
   [[nodiscard]] const E& chain() const noexcept { return e_; }
+  ///@}
 
   /// The plan on this rank, its steps named with the axis.
   [[nodiscard]] Plan plan() const {
@@ -66,6 +74,8 @@ public:
     return p;
   }
 
+  /// Runs the chain on the tensor seen along axis I and sees the result back
+  /// as a mesh tensor (MeshTensor's converting constructor calls it).
   [[nodiscard]] result_type evaluate() const {
     auto out = eval(e_);
     if (Plan* into = detail::mesh_step_plan()) {
@@ -174,7 +184,7 @@ template <MeshAxis A, ShardedLayout To, MeshExpr X>
 auto slice(const X& x, layout_mapping<To> to = lengths_from_type<To>()) {
   return along_axis<A>(x, [&](const auto& v) { return slice<To>(v, to); });
 }
-/// Sharded<C> -> Sharded<S> along A.
+/// `Sharded<C>` -> `Sharded<S>` along A.
 template <MeshAxis A, ShardedLayout To, MeshExpr X>
 auto all_to_all(const X& x, layout_mapping<To> to = lengths_from_type<To>(), Strategy s = Strategy::automatic) {
   return along_axis<A>(x, [&](const auto& v) { return all_to_all<To>(v, to, s); });

@@ -11,6 +11,8 @@
 
 namespace shardex {
 
+/// This rank's local part as nested brackets, "[[1, 1], [1, 1]]" (a 0-d
+/// tensor: its one number); no communication.
 template <Scalar T, LayoutTag L>
 std::string format_local(const Tensor<T, L, Host>& x) {
   std::ostringstream os;

@@ -20,18 +20,23 @@
 
 namespace shardex::autodiff {
 
+/// @brief The reverse-mode graph's node of one differentiable tensor, its
+/// type erased so that nodes of any element type and layout can be inputs.
 class Node {
 public:
   virtual ~Node() = default;
   /// The operation that made this tensor ("leaf" for parameters).
   const char* op = "leaf";
+  /// The nodes of the tensors this one was computed from (add_input).
   std::vector<std::shared_ptr<Node>> inputs;
   /// Nonzero when this node's backward makes a collective call: what the ranks
   /// must agree on about it (set by transit), so that backward(loss) agrees on
   /// its whole pass at once.
   std::int64_t backward_call = 0;
 
+  /// A leaf has no inputs: a parameter (requires_grad()).
   [[nodiscard]] bool is_leaf() const noexcept { return inputs.empty(); }
+  /// Whether a gradient has reached this node.
   [[nodiscard]] virtual bool has_grad() const noexcept = 0;
   /// Sets the gradient to ones (the seed of backward(loss)).
   virtual void seed() = 0;
@@ -41,16 +46,21 @@ public:
   virtual void release() = 0;
 };
 
+/// @brief The node of a `Tensor<T, L, Device>`: its gradient, in the dual
+/// layout, and the rule that pushes it to the inputs.
 template <class T, LayoutTag L, class Device>
 class TensorNode final : public Node {
 public:
+  /// The gradient's type: layout dual_t<L>.
   using grad_type = Tensor<T, dual_t<L>, Device>;
+  /// The gradient so far; empty until backward reaches the node.
   std::optional<grad_type> grad;
   /// Given this node's gradient, adds the contributions to the inputs' nodes.
   std::function<void(const grad_type&)> backward;
   /// The tensor's own shape and mapping (what a ones-seed or a zero gradient needs).
   std::function<grad_type(T)> make_full;
 
+  /// Whether `grad` holds a gradient.
   [[nodiscard]] bool has_grad() const noexcept override { return grad.has_value(); }
   void seed() override { grad = make_full(T(1)); }
   void propagate() override {

@@ -41,20 +41,34 @@
 
 namespace shardex {
 
+/// @brief A rank's local part of a global tensor of element type T, with the
+/// layout L in the type, on `Device` (Host, or Cuda in the GPU backend).
+///
+/// A shared handle: copies share the storage, `clone()` copies the data.
+/// Collective factories (zeros, full, from_local, ...) check on every rank
+/// that the ranks agree on the shape and lengths, and throw the same
+/// `invalid_argument` on every rank if they do not.
 template <Scalar T, LayoutTag L, class Device>
 class Tensor {
 public:
+  ///@{
+  /// The element type, the layout, the device, the device's communicator and
+  /// the layout mapping (the lengths of a Sharded<D> with dynamic lengths).
   using value_type = T;
   using layout_type = L;
   using device_type = Device;
   using communicator_type = typename Device::communicator;
   using mapping_type = layout_mapping<L>;
+  ///@}
 
   /// An empty handle: no communicator, no data. Using it (in an expression,
   /// a transition, backward) throws `shardex::error`; assign it a tensor first.
   Tensor() = default;
+  ///@{
+  /// Copies share the storage (and the autodiff node): a handle, not the data.
   Tensor(const Tensor&) = default;
   Tensor& operator=(const Tensor&) = default;
+  ///@}
   /// A moved-from tensor is empty (as if default-constructed), never a
   /// handle to storage it no longer holds.
   Tensor(Tensor&& o) noexcept
@@ -68,6 +82,7 @@ public:
         valid_(std::exchange(o.valid_, false)) {
     o.global_ = o.local_ = Shape{};
   }
+  /// Takes o's handle; o is left empty.
   Tensor& operator=(Tensor&& o) noexcept {
     if (this != &o) {
       comm_ = std::move(o.comm_);
@@ -124,6 +139,7 @@ public:
     return t;
   }
 
+  /// Ones everywhere; collective like zeros().
   static Tensor ones(const communicator_type& comm, const Shape& global, mapping_type m = {}) {
     return full(comm, global, T(1), std::move(m));
   }
@@ -134,11 +150,13 @@ public:
     static_check(s);
     return zeros(comm, Shape(s), std::move(m));
   }
+  /// ones() with the compile-time checks of zeros(static_shape).
   template <std::int64_t... E>
   static Tensor ones(const communicator_type& comm, static_shape<E...> s, mapping_type m = {}) {
     static_check(s);
     return ones(comm, Shape(s), std::move(m));
   }
+  /// full() with the compile-time checks of zeros(static_shape).
   template <std::int64_t... E>
   static Tensor full(const communicator_type& comm, static_shape<E...> s, T value, mapping_type m = {}) {
     static_check(s);
@@ -270,16 +288,27 @@ public:
       throw error(std::string(op) + ": the tensor is empty (default-constructed or moved-from) and holds no data; " +
                   "assign it a tensor (Tensor::zeros, from_local, an expression) before using it");
   }
+  /// The global shape (the same on every rank).
   [[nodiscard]] const Shape& shape() const noexcept { return global_; }
+  /// The shape of this rank's part: the global one, with lengths[rank] along a
+  /// sharded dim.
   [[nodiscard]] const Shape& local_shape() const noexcept { return local_; }
+  /// The run-time part of the layout (the lengths of a dynamic Sharded).
   [[nodiscard]] const mapping_type& mapping() const noexcept { return mapping_; }
+  /// The communicator the tensor is spread over.
   [[nodiscard]] const communicator_type& comm() const noexcept { return comm_; }
+  ///@{
+  /// This rank and the number of ranks, of comm().
   [[nodiscard]] int rank() const noexcept { return comm_.rank(); }
   [[nodiscard]] int world_size() const noexcept { return comm_.size(); }
+  ///@}
+  /// The local elements, row-major, in the device's memory.
   [[nodiscard]] T* data() const noexcept { return data_; }
   /// Number of local elements.
   [[nodiscard]] std::int64_t size() const noexcept { return local_.numel(); }
+  /// The local elements as a span (device memory for a device tensor).
   [[nodiscard]] std::span<T> local() const noexcept { return {data_, static_cast<std::size_t>(size())}; }
+  /// Whether the data is user memory (view_local) rather than owned storage.
   [[nodiscard]] bool is_view() const noexcept { return storage_ == nullptr && data_ != nullptr; }
   /// Whether this handle is the only owner of its storage (no copy, view or
   /// relabelled tensor shares it), so that writing it in place is unseen.
@@ -348,7 +377,9 @@ public:
   }
 
   // ---- autodiff -----------------------------------------------------------
+  /// The gradient's type: the same tensor in the dual layout (dual_t<L>).
   using grad_type = Tensor<T, dual_t<L>, Device>;
+  /// The autodiff graph node of a differentiable tensor.
   using node_type = autodiff::TensorNode<T, L, Device>;
 
   /// Marks this tensor as a leaf of the graph (a parameter) and returns it:
@@ -357,7 +388,9 @@ public:
     if (!node_) node_ = make_node("leaf");
     return *this;
   }
+  /// Whether the tensor is in the autodiff graph (a leaf or the result of one).
   [[nodiscard]] bool is_differentiable() const noexcept { return node_ != nullptr; }
+  /// Whether backward() has given it a gradient (since the last zero_grad()).
   [[nodiscard]] bool has_grad() const noexcept { return node_ && node_->grad.has_value(); }
   /// The gradient, layout dual(L). Throws if backward has not reached this tensor.
   [[nodiscard]] const grad_type& grad() const {
@@ -377,6 +410,7 @@ public:
     t.node_.reset();
     return t;
   }
+  /// The graph node; null outside the graph.
   [[nodiscard]] const std::shared_ptr<node_type>& node() const noexcept { return node_; }
 
   /// Internal: records `op` as the maker of this tensor, with `inputs` and the

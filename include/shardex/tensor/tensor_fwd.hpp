@@ -12,6 +12,7 @@ namespace shardex {
 template <class T>
 concept Scalar = std::same_as<T, float> || std::same_as<T, double>;
 
+/// "float32" or "float64": the name of T in messages and files.
 template <class T>
 constexpr const char* dtype_name() {
   return std::same_as<T, float> ? "float32" : "float64";
@@ -19,6 +20,7 @@ constexpr const char* dtype_name() {
 
 struct Host;
 
+/// `Device` defaults to Host.
 template <Scalar T, LayoutTag L, class Device = Host>
 class Tensor;
 

@@ -19,6 +19,9 @@
 
 namespace shardex {
 
+/// The same global tensor on device To, over `comm` (To's communicator, with
+/// the same rank and size as x's): each rank copies its local part.
+/// @throws invalid_argument if comm's rank or size is not x's.
 template <class To, Scalar T, LayoutTag L, class From>
 Tensor<T, L, To> to(const Tensor<T, L, From>& x, const typename To::communicator& comm) {
   if (comm.rank() != x.rank() || comm.size() != x.world_size())

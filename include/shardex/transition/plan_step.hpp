@@ -16,11 +16,14 @@
 
 namespace shardex {
 
+/// One step of a plan (see the file's note).
 struct PlanStep {
-  std::string op;          ///< "all_gather", "reduce_scatter", "all_reduce", "matmul", ...
+  std::string op;  ///< "all_gather", "reduce_scatter", "all_reduce", "matmul", ...
+  /// The source layout, with its lengths; `to`, the target.
   std::string from, to;    ///< layouts with their lengths, in the notation of layout_name() (filled by explain)
   std::string strategy;    ///< the resolved lowering's name; empty for local steps
   std::int64_t bytes = 0;  ///< bytes this rank hands the backend to send (0 for local steps)
+  /// Whether the step calls the backend (a collective).
   bool communicates = false;
   Strategy lowering = Strategy::automatic;  ///< the resolved lowering the step runs (communicating transitions)
   bool moves = true;                        ///< false: nothing to do for these lengths (a reshard to the same ones)
@@ -37,9 +40,13 @@ struct PlanStep {
 
 /// What planning a step needs to know of the communicator.
 struct Ranks {
+  ///@{
+  /// The number of ranks, and this rank.
   int size = 1, rank = 0;
+  ///@}
   bool has_v = false;  ///< the backend has v collectives (MPI)
 };
+/// The Ranks of communicator c.
 template <class Comm>
 Ranks ranks_of(const Comm& c) {
   return {c.size(), c.rank(), Comm::has_v_collectives};

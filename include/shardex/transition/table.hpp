@@ -151,8 +151,14 @@ inline std::int64_t row_bytes(const Shape& g, int dim, std::int64_t elem) {
 }  // namespace detail
 
 // ---- all_gather: S(d) -> R | I --------------------------------------------
+/// The all_gather entry, `S(d)` -> R or I: every rank receives every
+/// slice (lower/all_gather.hpp, by strategy).
 template <int D, class Ls, WholeLayout To>
 struct transition<Sharded<D, Ls>, To> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "all_gather";
   static constexpr bool communicates = true;
@@ -175,11 +181,18 @@ struct transition<Sharded<D, Ls>, To> {
     lower::all_gather<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
     return out;
   }
+  ///@}
 };
 
 // ---- reduce_scatter: P -> S(d) ---------------------------------------------
+/// The reduce_scatter entry, P -> `S(d)`: rank r receives its slice of the
+/// sum (lower/reduce_scatter.hpp, by strategy).
 template <int D, class Ls>
 struct transition<Partial, Sharded<D, Ls>> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "reduce_scatter";
   static constexpr bool communicates = true;
@@ -202,11 +215,18 @@ struct transition<Partial, Sharded<D, Ls>> {
     lower::reduce_scatter<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
     return out;
   }
+  ///@}
 };
 
 // ---- all_reduce: P -> R | I -------------------------------------------------
+/// The all_reduce entry, P -> R or I: every rank receives the sum, by the
+/// backend's all-reduce.
 template <WholeLayout To>
 struct transition<Partial, To> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "all_reduce";
   static constexpr bool communicates = true;
@@ -227,11 +247,18 @@ struct transition<Partial, To> {
     x.comm().all_reduce(static_cast<const T*>(x.data()), out.data(), out.size());
     return out;
   }
+  ///@}
 };
 
 // ---- slice: R | I -> S(d) (no communication) ---------------------------------
+/// The slice entry, R or I -> `S(d)`: each rank copies its slice. No
+/// communication, but the ranks agree that the lengths are valid.
 template <WholeLayout From, int D, class Ls>
 struct transition<From, Sharded<D, Ls>> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "slice";
   static constexpr bool communicates = false;
@@ -253,11 +280,18 @@ struct transition<From, Sharded<D, Ls>> {
               DimView{v.outer, out.local_shape()[D], v.inner}.all());
     return out;
   }
+  ///@}
 };
 
 // ---- zero_pad: S(d) -> P (no communication) ----------------------------------
+/// The zero_pad entry, `S(d)` -> P: the slice in place in zeros of the global
+/// shape; no communication (the adjoint of slice).
 template <int D, class Ls>
 struct transition<Sharded<D, Ls>, Partial> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "zero_pad";
   static constexpr bool communicates = false;
@@ -277,11 +311,18 @@ struct transition<Sharded<D, Ls>, Partial> {
               v.rows(x.global_offset(), x.local_shape()[D]));
     return out;
   }
+  ///@}
 };
 
 // ---- all_to_all: S(c) -> S(s), c != s ----------------------------------------
+/// The all_to_all entry, `S(c)` -> `S(s)` with c != s: the pieces change
+/// owners (lower/all_to_all.hpp, by strategy).
 template <int C, class Lc, int S, class Ls>
 requires(C != S) struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "all_to_all";
   static constexpr bool communicates = true;
@@ -305,11 +346,18 @@ requires(C != S) struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
                            x.lengths(), to.lengths());
     return out;
   }
+  ///@}
 };
 
 // ---- replicate: I -> R (nothing moves) -----------------------------------------
+/// The replicate entry, I -> R: the same storage under the new layout;
+/// its backward is an all-reduce.
 template <>
 struct transition<Invariant, Replicated> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "replicate";
   static constexpr bool communicates = false;
@@ -325,11 +373,18 @@ struct transition<Invariant, Replicated> {
     ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     return x.template relabel<Replicated>();
   }
+  ///@}
 };
 
 // ---- reshard: S(d)[a] -> S(d)[b] ---------------------------------------------------
+/// The reshard entry, `S(d)[a]` -> `S(d)[b]`: rows move to the ranks the new
+/// lengths give them (lower/reshard.hpp, by strategy); nothing moves if a == b.
 template <int D, class La, class Lb>
 struct transition<Sharded<D, La>, Sharded<D, Lb>> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "reshard";
   static constexpr bool communicates = true;
@@ -365,11 +420,17 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
       return out;
     }
   }
+  ///@}
 };
 
 // ---- identity: L -> L for the unsharded layouts --------------------------------------
+/// The identity entry, L -> L for I, R and P: nothing to do.
 template <LayoutTag L>
 requires(!is_sharded_v<L>) struct transition<L, L> {
+  ///@{
+  /// The entry's members, as transition.hpp defines them: `exists`, `name`,
+  /// `communicates`; `plan()`, the step it makes for a global shape, mappings,
+  /// strategy and ranks; `apply()`, which runs that step and returns it in `ran`.
   static constexpr bool exists = true;
   static constexpr const char* name = "identity";
   static constexpr bool communicates = false;
@@ -386,6 +447,7 @@ requires(!is_sharded_v<L>) struct transition<L, L> {
     ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
     return x;
   }
+  ///@}
 };
 
 /// Runs the entry `From -> To` on x. `to` carries the target's run-time

@@ -31,9 +31,11 @@ namespace shardex {
 /// transition/table.hpp).
 template <LayoutTag From, LayoutTag To>
 struct transition {
+  /// False: no entry. Every entry of the table says true.
   static constexpr bool exists = false;
 };
 
+/// Whether the table has an entry From -> To.
 template <class From, class To>
 inline constexpr bool has_transition_v = transition<From, To>::exists;
 

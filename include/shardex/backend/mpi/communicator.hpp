@@ -48,6 +48,7 @@ namespace shardex::mpi {
 /// The element types the primitives move, named without MPI's types so that
 /// this header needs no <mpi.h> (the library maps them to MPI_Datatype).
 enum class Dtype { f32, f64, i64, i8 };
+/// The size of one element of type t.
 constexpr std::int64_t dtype_bytes(Dtype t) { return t == Dtype::f64 || t == Dtype::i64 ? 8 : t == Dtype::f32 ? 4 : 1; }
 
 /// The Dtype of T: float, double, std::int64_t, or char (bytes, as `i8`).
@@ -69,6 +70,8 @@ constexpr Dtype dtype_of() {
 /// The MPI datatype of T (float, double, int64_t, char).
 template <class T>
 MPI_Datatype datatype();
+///@{
+/// MPI_FLOAT, MPI_DOUBLE, MPI_INT64_T, MPI_CHAR.
 template <>
 inline MPI_Datatype datatype<float>() {
   return MPI_FLOAT;
@@ -85,12 +88,14 @@ template <>
 inline MPI_Datatype datatype<char>() {
   return MPI_CHAR;
 }
+///@}
 
 /// Throws backend_error("<what>: <MPI error string>") if rc is not MPI_SUCCESS.
 void check(int rc, const char* what);
 
 /// MPI counts are `int`; this refuses larger ones with a clear message.
 int to_count(std::int64_t n, const char* what);
+/// to_count of every element of a list.
 std::vector<int> to_counts(std::span<const std::int64_t> n, const char* what);
 #endif
 
@@ -103,11 +108,13 @@ using Block = StridedBlock;
 /// together by `end()`. Buffers must stay alive until `end()` returns.
 class Group {
 public:
+  /// A group of calls on communicator c (which must outlive it).
   explicit Group(const Communicator& c);
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
   ~Group();
 
+  /// root's `buf` into every rank's `buf`.
   template <class T>
   void broadcast(T* buf, std::int64_t count, int root) {
     broadcast_raw(buf, count, dtype_of<T>(), root);
@@ -117,14 +124,18 @@ public:
   void reduce(const T* send, T* recv, std::int64_t count, int root) {
     reduce_raw(send, recv, count, dtype_of<T>(), root);
   }
+  /// `count` elements of `buf` to rank `peer`.
   template <class T>
   void send(const T* buf, std::int64_t count, int peer) {
     send_raw(buf, count, dtype_of<T>(), peer);
   }
+  /// `count` elements from rank `peer` into `buf`.
   template <class T>
   void recv(T* buf, std::int64_t count, int peer) {
     recv_raw(buf, count, dtype_of<T>(), peer);
   }
+  /// Waits for every call issued since the last end(); the group can then
+  /// take more. @throws backend_error if a call fails.
   void end();
 
 private:
@@ -140,6 +151,10 @@ private:
   std::unique_ptr<State> state_;
 };
 
+/// @brief A communicator: a shared handle on a duplicate of an MPI
+/// communicator (or on the one-rank world without MPI), with the equal-count
+/// and v collectives, rooted calls in groups, and a watchdog deadline. Calls
+/// throw backend_error with MPI's error string.
 class Communicator {
 public:
   /// An empty handle; every call on it throws. Use world() or duplicate().
@@ -152,9 +167,13 @@ public:
   static Communicator duplicate(MPI_Comm comm);
 #endif
 
+  ///@{
+  /// This rank, and the number of ranks.
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
+  ///@}
 #if SHARDEX_WITH_MPI
+  /// The MPI communicator (the duplicate), for calls shardex does not wrap.
   [[nodiscard]] MPI_Comm native() const noexcept;
 #endif
   /// The watchdog's deadline for this communicator's blocking calls (and
@@ -164,6 +183,7 @@ public:
   /// this handle, not by communicators split from it. Throws for a
   /// non-positive value.
   void set_timeout(std::chrono::milliseconds timeout);
+  /// The watchdog's deadline (set_timeout()).
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept;
   /// How the watchdog names this communicator ("a communicator of 4 ranks (rank 1 there, 1 in MPI_COMM_WORLD)").
   [[nodiscard]] const char* description() const noexcept;
@@ -171,17 +191,22 @@ public:
   [[nodiscard]] Communicator split(int color, int key) const;
   /// Ranks of this communicator on the same node (shared memory).
   [[nodiscard]] Communicator split_node_local() const;
+  /// Waits until every rank has called it.
   void barrier() const;
 
   // Equal-count collectives. `count` is per rank.
+  /// Every rank's `count` elements of `send` into `recv`, in rank order.
   template <class T>
   void all_gather(const T* send, T* recv, std::int64_t count) const {
     all_gather_raw(send, recv, count, dtype_of<T>());
   }
+  /// The sum over ranks of `send` (size * count elements); rank r receives
+  /// block r of `count` into `recv`.
   template <class T>
   void reduce_scatter(const T* send, T* recv, std::int64_t count) const {
     reduce_scatter_raw(send, recv, count, dtype_of<T>());
   }
+  /// The sum over ranks of `buf`, in place.
   template <class T>
   void all_reduce(T* buf, std::int64_t count) const {
     all_reduce_raw(buf, buf, count, dtype_of<T>());
@@ -191,10 +216,12 @@ public:
   void all_reduce(const T* send, T* recv, std::int64_t count) const {
     all_reduce_raw(send, recv, count, dtype_of<T>());
   }
+  /// Block i of `count` elements of `send` to rank i; block j of `recv` from rank j.
   template <class T>
   void all_to_all(const T* send, T* recv, std::int64_t count) const {
     all_to_all_raw(send, recv, count, dtype_of<T>());
   }
+  /// root's `buf` into every rank's `buf`.
   template <class T>
   void broadcast(T* buf, std::int64_t count, int root) const {
     broadcast_raw(buf, count, dtype_of<T>(), root);
@@ -209,16 +236,23 @@ public:
 #endif
 
   // MPI's v collectives (uneven counts; counts and displacements in elements).
+  /// The v collectives below exist (the strategies' v_collective; NCCL has none).
   static constexpr bool has_v_collectives = true;
+  /// Every rank's `count` elements of `send` into `recv`, rank r's at
+  /// displs[r] with counts[r] elements (MPI_Allgatherv).
   template <class T>
   void all_gather_v(const T* send, std::int64_t count, T* recv, std::span<const std::int64_t> counts,
                     std::span<const std::int64_t> displs) const {
     all_gather_v_raw(send, count, recv, counts, displs, dtype_of<T>());
   }
+  /// The sum over ranks of `send`; rank r receives its counts[r] elements, in
+  /// rank order (MPI_Reduce_scatter).
   template <class T>
   void reduce_scatter_v(const T* send, T* recv, std::span<const std::int64_t> counts) const {
     reduce_scatter_v_raw(send, recv, counts, dtype_of<T>());
   }
+  /// send_counts[i] elements at send_displs[i] to rank i, recv_counts[j] at
+  /// recv_displs[j] from rank j (MPI_Alltoallv).
   template <class T>
   void all_to_all_v(const T* send, std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
                     T* recv, std::span<const std::int64_t> recv_counts,
@@ -238,6 +272,7 @@ public:
   /// Element-wise minimum over ranks, in place (used by the cross-rank checks).
   void all_reduce_min(std::int64_t* buf, int count) const;
 
+  /// A Group of calls on this communicator.
   [[nodiscard]] Group group() const { return Group(*this); }
 
 private:

@@ -11,8 +11,12 @@
 
 namespace shardex::mpi {
 
+/// Initializes MPI for its lifetime (see the file's note); one per process, in main.
 class Environment {
 public:
+  /// MPI_Init with main's arguments unless MPI is initialized already (a build
+  /// without MPI initializes nothing).
+  /// @throws backend_error if MPI_Init fails.
   Environment(int& argc, char**& argv);
   Environment();
   ~Environment();

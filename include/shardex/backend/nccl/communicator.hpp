@@ -40,6 +40,8 @@ namespace shardex::nccl {
 /// The NCCL datatype of T (float, double, int64_t).
 template <class T>
 constexpr ncclDataType_t datatype();
+///@{
+/// ncclFloat32, ncclFloat64, ncclInt64.
 template <>
 constexpr ncclDataType_t datatype<float>() {
   return ncclFloat32;
@@ -52,7 +54,9 @@ template <>
 constexpr ncclDataType_t datatype<std::int64_t>() {
   return ncclInt64;
 }
+///@}
 
+/// How Communicator::create sets a communicator up.
 struct Options {
   /// The GPU of this rank; -1 picks the node-local rank's GPU.
   int device = -1;
@@ -74,6 +78,7 @@ std::string unavailable_reason(const mpi::Communicator& control);
 /// the plans decide the counts identically on every rank).
 class Group {
 public:
+  /// A group of calls on communicator c (which must outlive it).
   explicit Group(const Communicator& c);
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -82,6 +87,7 @@ public:
   /// wait for calls this rank never finished issuing).
   ~Group();
 
+  /// root's `buf` into every rank's `buf` (device memory).
   template <class T>
   void broadcast(T* buf, std::int64_t count, int root) {
     broadcast_raw(buf, count, datatype<T>(), root);
@@ -91,14 +97,18 @@ public:
   void reduce(const T* send, T* recv, std::int64_t count, int root) {
     reduce_raw(send, recv, count, datatype<T>(), root);
   }
+  /// `count` elements of `buf` to rank `peer`.
   template <class T>
   void send(const T* buf, std::int64_t count, int peer) {
     send_raw(buf, count, datatype<T>(), peer);
   }
+  /// `count` elements from rank `peer` into `buf`.
   template <class T>
   void recv(T* buf, std::int64_t count, int peer) {
     recv_raw(buf, count, datatype<T>(), peer);
   }
+  /// Ends the group (ncclGroupEnd) and waits for its calls.
+  /// @throws backend_error if NCCL fails (the communicator is then aborted).
   void end();
 
 private:
@@ -114,6 +124,10 @@ private:
   bool open_ = true;
 };
 
+/// @brief An NCCL communicator over the ranks of an MPI one, one GPU per
+/// rank, with its own stream: the equal-count collectives on device buffers
+/// and grouped rooted and point-to-point calls. Calls throw backend_error
+/// with NCCL's error string; an error or a timeout aborts it.
 class Communicator {
 public:
   /// An empty handle; every call on it throws. Use create().
@@ -124,8 +138,11 @@ public:
   /// (NCCL refuses two ranks on one GPU) or if NCCL fails to start.
   static Communicator create(const mpi::Communicator& control, Options options = {});
 
+  ///@{
+  /// This rank, and the number of ranks.
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
+  ///@}
   /// The GPU this rank uses.
   [[nodiscard]] int device() const;
   /// The host communicator of the same ranks: shardex's cross-rank checks
@@ -139,36 +156,46 @@ public:
   [[nodiscard]] bool aborted() const noexcept;
 
   // Equal-count collectives on device buffers. `count` is per rank.
+  /// Every rank's `count` elements of `send` into `recv`, in rank order.
   template <class T>
   void all_gather(const T* send, T* recv, std::int64_t count) const {
     all_gather_raw(send, recv, count, datatype<T>());
   }
+  /// The sum over ranks of `send` (size * count elements); rank r receives
+  /// block r of `count` into `recv`.
   template <class T>
   void reduce_scatter(const T* send, T* recv, std::int64_t count) const {
     reduce_scatter_raw(send, recv, count, datatype<T>());
   }
+  /// The sum over ranks of `buf`, in place.
   template <class T>
   void all_reduce(T* buf, std::int64_t count) const {
     all_reduce_raw(buf, buf, count, datatype<T>());
   }
+  /// The sum over ranks of every rank's `send` into `recv`.
   template <class T>
   void all_reduce(const T* send, T* recv, std::int64_t count) const {
     all_reduce_raw(send, recv, count, datatype<T>());
   }
+  /// Block i of `count` elements of `send` to rank i; block j of `recv` from rank j.
   template <class T>
   void all_to_all(const T* send, T* recv, std::int64_t count) const {
     all_to_all_raw(send, recv, count, datatype<T>());
   }
+  /// root's `buf` into every rank's `buf`.
   template <class T>
   void broadcast(T* buf, std::int64_t count, int root) const {
     broadcast_raw(buf, count, datatype<T>(), root);
   }
 
+  /// NCCL has no v collectives: uneven shards take the padded, per_root or
+  /// send_recv strategies.
   static constexpr bool has_v_collectives = false;
 
   /// Element-wise minimum over ranks of host values, through control().
   void all_reduce_min(std::int64_t* buf, int count) const { control().all_reduce_min(buf, count); }
 
+  /// A Group of calls on this communicator.
   [[nodiscard]] Group group() const { return Group(*this); }
 
   /// Ends the communicator now with ncclCommAbort (also done on errors).

@@ -30,9 +30,14 @@
 
 namespace shardex {
 
+/// @brief The CUDA device: tensors in GPU memory, math through cuBLAS and
+/// shardex's kernels on the compute stream, collectives through NCCL.
 struct Cuda {
+  ///@{
+  /// The communicator its tensors' collectives go through, and its name in messages.
   using communicator = nccl::Communicator;
   static constexpr const char* name = "cuda";
+  ///@}
   /// Fused element-wise trees run as a FusedProgram in one kernel.
   static constexpr bool fused_on_host = false;
 
@@ -55,11 +60,13 @@ struct Cuda {
     return owned;
   }
 
+  /// Sets n elements to v.
   template <class T>
   static void fill(T* p, std::int64_t n, T v) {
     cuda::kernels::fill(p, n, v, cuda::compute_stream());
   }
 
+  /// y += alpha * x over n elements.
   template <class T>
   static void axpy(std::int64_t n, T alpha, const T* x, T* y) {
     cuda::kernels::axpy(n, alpha, x, y, cuda::compute_stream());
@@ -104,6 +111,7 @@ struct Cuda {
                   "cudaMemcpyAsync (copy, one row)");
   }
 
+  ///@{
   /// Host -> device and device -> host copies of n elements.
   template <class T>
   static void upload(T* dst, const T* src, std::int64_t n) {
@@ -113,7 +121,12 @@ struct Cuda {
   static void download(T* dst, const T* src, std::int64_t n) {
     cuda::copy_to_host(dst, src, n * static_cast<std::int64_t>(sizeof(T)));
   }
+  ///@}
 
+  ///@{
+  /// The `Device` primitives (device/device.hpp), as kernels on the compute
+  /// stream: gemm through cuBLAS, transpose, sum and broadcast over one dim,
+  /// the row softmax and its backward, the fused pass.
   template <class T>
   static void gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
     cuda::gemm(g, alpha, a, b, beta, c);
@@ -150,6 +163,7 @@ struct Cuda {
   static void fused_backward(const FusedProgram<T>& program, const T* g, std::int64_t n) {
     cuda::kernels::fused_backward(program, g, n, cuda::compute_stream());
   }
+  ///@}
 };
 
 static_assert(Device<Cuda>);

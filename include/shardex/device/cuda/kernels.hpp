@@ -13,12 +13,12 @@
 
 namespace shardex::cuda::kernels {
 
+/// p[0, n) = v.
 template <class T>
 void fill(T* p, std::int64_t n, T v, cudaStream_t s);
 /// y += alpha * x
 template <class T>
 void axpy(std::int64_t n, T alpha, const T* x, T* y, cudaStream_t s);
-/// y = alpha * x (y may be x)
 /// `batch` matrices of m x n with row stride ld, `stride` apart: c *= beta (0: set to zero).
 template <class T>
 void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::int64_t stride, std::int64_t batch,
@@ -26,14 +26,19 @@ void scale_matrices(T* c, std::int64_t m, std::int64_t n, std::int64_t ld, std::
 /// *out = sum of x[0, n), in one block, in a fixed order (deterministic).
 template <class T>
 void sum(const T* x, std::int64_t n, T* out, cudaStream_t s);
+/// out (cols x rows) = in (rows x cols) transposed.
 template <class T>
 void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+/// out (outer, inner) = in (outer, extent, inner) summed over the middle dim.
 template <class T>
 void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner, cudaStream_t s);
+/// out (outer, extent, inner) = g (outer, inner) repeated along the middle dim.
 template <class T>
 void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner, cudaStream_t s);
+/// Each row of x (rows x cols) replaced by its softmax.
 template <class T>
 void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+/// dp = scale * p * (dp - rowsum(dp * p)), row by row: softmax's backward, in place.
 template <class T>
 void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale, cudaStream_t s);
 /// out[i] = program.value_at(i) for i < n.

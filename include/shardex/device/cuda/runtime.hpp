@@ -42,6 +42,7 @@ void synchronize();
 /// Copies between host and device memory, ordered on the compute stream;
 /// `to_host` returns when the data has arrived.
 void copy_to_device(void* dst, const void* src, std::int64_t bytes);
+/// The device -> host copy (returns when the data has arrived).
 void copy_to_host(void* dst, const void* src, std::int64_t bytes);
 
 /// The cuBLAS handle of the current device, bound to the compute stream

@@ -16,8 +16,10 @@
 
 namespace shardex::host {
 
+/// n elements at a pointer as a flat Eigen array (Tensor::array()).
 template <class T>
 using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+/// The same, read-only.
 template <class T>
 using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 

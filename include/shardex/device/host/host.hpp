@@ -20,9 +20,14 @@
 
 namespace shardex {
 
+/// @brief The host device: tensors in host memory, math through Eigen and
+/// plain loops, collectives through the MPI communicator.
 struct Host {
+  ///@{
+  /// The communicator its tensors' collectives go through, and its name in messages.
   using communicator = mpi::Communicator;
   static constexpr const char* name = "host";
+  ///@}
   /// Fused element-wise trees run as an inlined template loop.
   static constexpr bool fused_on_host = true;
 
@@ -45,6 +50,7 @@ struct Host {
     return p;
   }
 
+  /// Sets n elements to v.
   template <class T>
   static void fill(T* p, std::int64_t n, T v) {
     std::fill(p, p + n, v);
@@ -57,6 +63,7 @@ struct Host {
     std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(T));
     detail::counters_ref().bytes_copied += n * static_cast<std::int64_t>(sizeof(T));
   }
+  /// The same copy as upload.
   template <class T>
   static void download(T* dst, const T* src, std::int64_t n) {
     upload(dst, src, n);

@@ -20,6 +20,7 @@
 
 namespace shardex::host {
 
+/// The host memory pool's counters (pool_stats()).
 struct PoolStats {
   std::int64_t cached_bytes = 0;  ///< held by the pool, free for reuse
   std::int64_t in_use_bytes = 0;  ///< handed out and not yet given back
@@ -37,6 +38,7 @@ void pool_give_back(void* p, std::size_t bytes) noexcept;
 void pool_release() noexcept;
 /// The most bytes the pool keeps cached; lowering it releases the excess.
 void pool_set_limit(std::int64_t bytes) noexcept;
+/// The pool's counters now.
 PoolStats pool_stats() noexcept;
 
 /// Makes glibc's malloc keep freed memory for reuse (a 32 MiB mmap threshold,
