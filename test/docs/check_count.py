@@ -3,6 +3,8 @@
 
 usage: check_count.py SRC_ROOT DOCS_BLOCKS [DOCS_BLOCKS_GPU]
 
+It also checks that a block marked `same-as=PATH` is a verbatim part of that file.
+
 Without DOCS_BLOCKS_GPU (a build without the GPU backend) the blocks that include
 <shardex/cuda.hpp> are not compiled; the count says so.
 """
@@ -26,7 +28,15 @@ for i in extra:
     print(f"{i}: in {exe} but no longer on the page (rebuild it)")
 for i in wrong:
     print(f"{i}: a {expected[i]} on the page, a {listed[i]} in {exe}")
-if missing or extra or wrong or not expected:
+differs = []
+for b in blocks:
+    if b.same_as:
+        path = os.path.join(root, b.same_as)
+        text = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if text is None or "\n".join(b.code) + "\n" not in text:
+            differs.append(b.id)
+            print(f"{b.id}: the block is not a verbatim part of {b.same_as} (update the page or the file)")
+if missing or extra or wrong or differs or not expected:
     sys.exit(1)
 kinds = {k: sum(1 for v in expected.values() if v == k) for k in ("program", "fragment", "declarations")}
 runs = sum(1 for b in blocks if b.output is not None and (with_gpu or not b.gpu))

@@ -21,6 +21,8 @@ The conventions a page follows (docs/building-and-testing.md, "The docs test", s
       code placed after it (that line separates the two; both parts are optional)
       -->
   `namespace` makes the block declarations at namespace scope (compiled, never run).
+  `same-as=PATH` says the block is a verbatim part of the repository's file PATH (an example
+  shown on a page): the test `docs blocks compiled` fails when the two differ.
 - A block including <shardex/cuda.hpp> goes into docs_blocks_gpu.cpp, compiled where the GPU
   backend is built.
 - `<!-- output of the block above [np=N] [mask=REGEX] -->` right after a block (blank lines allowed)
@@ -45,6 +47,7 @@ class Block:
         self.page, self.line, self.code = page, line, code  # line: 1-based line of the block's first code line
         self.setup, self.setup_line, self.scope = [], 0, "function"
         self.after, self.after_line = [], 0
+        self.same_as = None
         self.output, self.np, self.mask = None, 2, None
         self.program = any(MAIN.search(l) for l in code)
         self.gpu = any(INCLUDE.match(l) and "shardex/cuda.hpp" in l for l in code)
@@ -127,6 +130,7 @@ def parse(root, page):
                     cut = next((n for n, c in enumerate(body) if c.strip() == AFTER), len(body))
                     b.setup, b.after, b.after_line = body[:cut], body[cut + 1:], b.setup_line + cut + 1
                     b.scope = "namespace" if "namespace" in opts else "function"
+                    b.same_as = next((o.split("=", 1)[1] for o in opts if o.startswith("same-as=")), None)
                 blocks.append(b)
                 last = b
             else:
