@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// @brief Meshes: data x tensor parallelism with a layout per mesh axis
-/// (README "Meshes").
+/// (docs/guides/meshes.md).
 
 #include "shardex/mesh/axis.hpp"
 #include "shardex/mesh/axis_layouts.hpp"

@@ -9,7 +9,7 @@ compiler has one, shardex.pc and the CMake package, only the built backends'
 headers), then builds app.cpp three ways and runs each on 2 ranks:
   1. Meson, finding the installed shardex by pkg-config;
   2. CMake, by find_package(shardex);
-  3. Meson with shardex as a subproject, using the README's snippet verbatim.
+  3. Meson with shardex as a subproject, using the snippet of docs/building-and-testing.md verbatim.
 And a translation unit below C++20 must stop with shardex's one #error.
 """
 import glob
@@ -32,11 +32,11 @@ def run(cmd, env, cwd=None, what=""):
 
 
 def readme_snippet(root):
-    """The meson block of README.md's 'Using shardex from another Meson project'."""
-    text = open(os.path.join(root, "README.md")).read()
+    """The meson block of docs/building-and-testing.md's 'Using shardex from another build'."""
+    text = open(os.path.join(root, "docs", "building-and-testing.md")).read()
     m = re.search(r"under your `subprojects/shardex`, then:\s*```meson\n(.*?)```", text, re.S)
     if not m:
-        print("FAIL: README.md has no subproject snippet under 'Using shardex from another Meson project'")
+        print("FAIL: docs/building-and-testing.md has no subproject snippet under 'Using shardex from another build'")
         raise SystemExit(1)
     return m.group(1)
 
@@ -125,12 +125,12 @@ def main():
           ok &= build_and_run("cmake via find_package", d,
                               ["cmake", "-G", "Ninja", "-S", d, "-B", os.path.join(d, "b"), f"-DCMAKE_PREFIX_PATH={prefix}"],
                               ["cmake", "--build", os.path.join(d, "b")], os.path.join(d, "b", "app"), {})
-        # 3. Meson subproject, README's snippet verbatim, in a project without cpp_std.
+        # 3. Meson subproject, the docs' snippet verbatim, in a project without cpp_std.
         d = project("subproject", {"meson.build": "project('app', 'cpp')\n" + readme_snippet(root)})
         os.makedirs(os.path.join(d, "subprojects"))
         os.symlink(os.path.abspath(root), os.path.join(d, "subprojects", "shardex"))
         # (the GPU backend is left out only to save CI time: nvcc takes minutes)
-        ok &= build_and_run("meson subproject (README snippet)", d,
+        ok &= build_and_run("meson subproject (docs snippet)", d,
                             ["meson", "setup", os.path.join(d, "b"), d, "-Dshardex:cuda=disabled"],
                             ["meson", "compile", "-C", os.path.join(d, "b")], os.path.join(d, "b", "app"), {})
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when a header includes one from a higher layer (README, "Layers"),
+"""Fails when a header includes one from a higher layer (docs/architecture.md, "Layers"),
 or when a static_assert's text is written anywhere but the catalogue.
 
 Input: the include/ folder. Each folder of include/shardex/ is one floor; a

@@ -6,7 +6,7 @@
 /// ordinary code on values: `at_c`, `transform` (dual), `zip_with` (the
 /// per-axis rule of a local operation), `count_if` (checks).
 ///
-/// **Meaning** (README "Meshes"). Axes apply in order: the layout on axis 0
+/// **Meaning** (docs/guides/meshes.md). Axes apply in order: the layout on axis 0
 /// says how the logical value X is spread over the groups of axis 0 (each
 /// group the ranks sharing c_0), exactly as a layout spreads a value over
 /// ranks; the layout on axis 1 then spreads each group's value over axis 1;

@@ -488,7 +488,7 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
 // translation unit that uses them: `extern template` below says they exist.
 // Static lengths, other dims and other devices are instantiated where they
 // are used. (It cuts a DSL translation unit's compile time by a quarter:
-// README, "Compile time".)
+// docs/performance.md, "Compile time".)
 
 /// X(T, From, To) for every host entry with dynamic lengths along dims 0-3.
 #define SHARDEX_HOST_TRANSITIONS_ALONG(X, T, D)                                                                  \
