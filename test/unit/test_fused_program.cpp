@@ -61,6 +61,14 @@ TEST_CASE("a fused tree as a FusedProgram gives the template loop's values and g
     same_as_template_loop(add_bias(gelu(a * b + c) - tanh(a) * 2.0 + exp(scale(b, 0.5)) + relu(c) - (-a), bias), a, b,
                           c, bias);
   }
+  // Scale's factor and Shift's addend must reach the instruction (a fused
+  // program once dropped Shift's, computing x + c as x).
+  SUBCASE("a constant added") { same_as_template_loop(a + 1.5, a); }
+  SUBCASE("constants scaled, added and subtracted") { same_as_template_loop(2.5 - scale(a, 3.0) * (b - 0.25), a, b); }
+  SUBCASE("division, square roots and log, on positive arguments") {
+    same_as_template_loop(a / (exp(b) + 1.0) + sqrt(exp(a)) * rsqrt(exp(c) + 0.5) + log(exp(b) + 2.0), a, b, c);
+  }
+  SUBCASE("the gates") { same_as_template_loop(sigmoid(a) * silu(b) - (-silu(c)), a, b, c); }
   SUBCASE("one operation") { same_as_template_loop(a * b, a, b); }
   SUBCASE("a unary chain") { same_as_template_loop(gelu(tanh(exp(a / 4.0))), a); }
 }

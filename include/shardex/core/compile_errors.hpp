@@ -31,6 +31,9 @@
 #define SHARDEX_ERR_SHAPE_NEGATIVE_EXTENT "shardex::shape_c<...> requires every extent to be >= 0"
 // ---- shardex/device/elementwise_ops.hpp ----------------------------------------------
 #define SHARDEX_ERR_OP_CODES_FOLLOW_LIST "shardex: op codes follow all_ops"
+#define SHARDEX_ERR_OP_STATE_NOT_IN_INSTRUCTION                                                                          \
+  "shardex: an element-wise operation holds no state or one double constant (named alpha or c, see ops::has_constant): " \
+  "a fused program carries nothing else into the device pass"
 // ---- shardex/expr/attention.hpp ------------------------------------------------------
 #define SHARDEX_ERR_ATTENTION_MIXED_LAYOUTS "shardex::attention(q, k, v) requires q, k and v to have the same layout"
 #define SHARDEX_ERR_ATTENTION_SEQUENCE_SHARDED                                                       \

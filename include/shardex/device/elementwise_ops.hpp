@@ -354,4 +354,31 @@ template <class Op>
 inline constexpr OpCode code_of = detail::code_in<Op>(all_ops{});
 static_assert(code_of<Add> == 1 && code_of<Silu> == all_ops::size, SHARDEX_ERR_OP_CODES_FOLLOW_LIST);
 
+/// Whether an operation carries a constant (Scale's factor `alpha`, Shift's
+/// addend `c`): a fused program keeps it in the instruction
+/// (FusedInstr::constant), so that the device pass computes with it.
+template <class Op>
+concept has_constant = requires(const Op& op) {
+  op.alpha;
+}
+|| requires(const Op& op) { op.c; };
+
+/// The constant of an operation that has one (see has_constant).
+template <has_constant Op>
+constexpr double constant_of(const Op& op) {
+  if constexpr (requires { op.alpha; })
+    return op.alpha;
+  else
+    return op.c;
+}
+
+namespace detail {
+// An operation's state must fit the instruction: none, or one double constant.
+template <class... Ops>
+constexpr bool fits_an_instruction(op_list<Ops...>) {
+  return ((std::is_empty_v<Ops> || (has_constant<Ops> && sizeof(Ops) == sizeof(double))) && ...);
+}
+}  // namespace detail
+static_assert(detail::fits_an_instruction(all_ops{}), SHARDEX_ERR_OP_STATE_NOT_IN_INSTRUCTION);
+
 }  // namespace shardex::ops

@@ -22,9 +22,9 @@ namespace shardex {
 struct FusedInstr {
   ops::OpCode op = ops::leaf_code;  ///< ops::code_of<Op>, or leaf_code
   /// The first operand's slot; `b`, the second's (binary operations).
-  int a = 0, b = 0;  ///< operand slots (earlier instructions)
-  int leaf = 0;      ///< leaf index, for leaf_code
-  double alpha = 1;  ///< for ops::Scale
+  int a = 0, b = 0;     ///< operand slots (earlier instructions)
+  int leaf = 0;         ///< leaf index, for leaf_code
+  double constant = 1;  ///< the operation's constant (ops::has_constant): Scale's factor, Shift's addend
 };
 
 /// @brief A fused element-wise tree as instructions (see the file's note),
@@ -91,8 +91,8 @@ private:
   // switch's default would).
   template <class Op>
   SHARDEX_HD static Op op_of(const FusedInstr& in) {
-    if constexpr (requires(Op op) { op.alpha; })
-      return Op{in.alpha};
+    if constexpr (ops::has_constant<Op>)
+      return Op{in.constant};
     else
       return Op{};
   }

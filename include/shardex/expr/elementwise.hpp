@@ -377,7 +377,7 @@ struct FusedNode {
     const auto slots = std::apply([&](const auto&... a) { return std::array<int, sizeof...(B)>{a.emit(p)...}; }, args);
     static_assert(ops::code_of<Op> != ops::leaf_code, SHARDEX_ERR_OP_NOT_LISTED);
     FusedInstr in{ops::code_of<Op>, slots[0], slots[sizeof...(B) - 1], 0, 1.0};
-    if constexpr (requires { op.alpha; }) in.alpha = op.alpha;
+    if constexpr (ops::has_constant<Op>) in.constant = ops::constant_of(op);
     p.instr[p.n_instrs] = in;
     return p.n_instrs++;
   }
