@@ -27,6 +27,25 @@ using nlohmann::json;
 // shape); deeper is refused early instead of building the tree.
 constexpr int max_depth = 32;
 
+/// nlohmann-json's message with every byte over 0x7F as <XX>: its "last read"
+/// quotes the file's bytes, which need not be UTF-8.
+std::string printable(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x80) {
+      out += c;
+    } else {
+      out += '<';
+      out += hex[b >> 4];
+      out += hex[b & 0xF];
+      out += '>';
+    }
+  }
+  return out;
+}
+
 /// The header's JSON text parsed, with every key checked to be new in its
 /// object (in O(1) each); throws `error` naming `path` and what is wrong.
 json parse_json(std::string_view text, const std::string& path) {
@@ -67,7 +86,7 @@ json parse_json(std::string_view text, const std::string& path) {
     const auto colon = what.find(": ", what.find("parse error"));
     if (colon != std::string::npos) what = what.substr(colon + 2);
     throw error(where + " is not valid JSON at byte " + std::to_string(8 + std::max<std::size_t>(e.byte, 1) - 1) +
-                ": " + what);
+                ": " + printable(what));
 
   } catch (const json::exception& e) {
     // Not only parse_error: a number beyond double's range ("1e400") is out_of_range.406
