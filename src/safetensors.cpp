@@ -11,7 +11,6 @@
 #include <limits>
 #include <map>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "json_text.hpp"
@@ -46,56 +45,89 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-/// The header's JSON text parsed, with every key checked to be new in its
-/// object (in O(1) each); throws `error` naming `path` and what is wrong.
+/// Builds the header's tree from nlohmann-json's SAX events, refusing a key
+/// given twice in one object (nlohmann's own tree builder keeps the last one)
+/// and nesting deeper than max_depth. Its callback parser could check keys
+/// too, but it scans the parent object after every nested one ends: O(k^2)
+/// for k tensors.
+class Builder final : public nlohmann::json_sax<json> {
+public:
+  explicit Builder(const std::string& where) : where_(where) {}
+  json root;
+  std::string failure;  // nlohmann-json's message, when it stops at bad JSON
+  std::size_t failure_at = 0;
+
+  bool null() override { return put(nullptr) != nullptr; }
+  bool boolean(bool v) override { return put(v) != nullptr; }
+  bool number_integer(number_integer_t v) override { return put(v) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) override { return put(v) != nullptr; }
+  bool number_float(number_float_t v, const string_t&) override { return put(v) != nullptr; }
+  bool string(string_t& v) override { return put(std::move(v)) != nullptr; }
+  bool binary(binary_t& v) override { return put(json::binary(std::move(v))) != nullptr; }
+  bool start_object(std::size_t) override { return open(json::object()); }
+  bool start_array(std::size_t) override { return open(json::array()); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    json& object = *open_.back();
+    if (object.contains(k)) {
+      if (open_.size() == 1) throw error(where_ + ": the tensor \"" + k + "\" appears twice");
+      throw error(where_ + ": \"" + tensor_ + "\" has the key \"" + k + "\" twice");
+    }
+    if (open_.size() == 1) tensor_ = k;
+    slot_ = &object[k];
+    return true;
+  }
+  bool parse_error(std::size_t at, const std::string&, const nlohmann::json::exception& e) override {
+    failure = e.what();
+    failure_at = at;
+    return false;
+  }
+
+private:
+  json* put(json&& v) {
+    if (open_.empty()) return &(root = std::move(v));
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    *slot_ = std::move(v);
+    return slot_;
+  }
+  bool open(json&& v) {
+    if (open_.size() >= max_depth)
+      throw error(where_ + ": objects and arrays nest deeper than " + std::to_string(max_depth) + " levels");
+    open_.push_back(put(std::move(v)));
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+  const std::string& where_;
+  std::vector<json*> open_;  // the objects and arrays being read, outermost first
+  json* slot_ = nullptr;     // the value of the key just read
+  std::string tensor_;       // the top-level key being read
+};
+
+/// The header's JSON text parsed; throws `error` naming `path` and what is wrong.
 json parse_json(std::string_view text, const std::string& path) {
   const std::string where = "safetensors header of \"" + path + "\"";
-  std::vector<std::unordered_set<std::string>> open;  // the keys of each object being read
-  std::string tensor;                                 // the top-level key being read
-  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth >= max_depth)
-          throw error(where + ": objects and arrays nest deeper than " + std::to_string(max_depth) + " levels");
-        if (event == json::parse_event_t::object_start) open.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        open.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const auto& key = parsed.get_ref<const std::string&>();
-        if (!open.back().insert(key).second) {
-          if (depth == 1) throw error(where + ": the tensor \"" + key + "\" appears twice");
-          throw error(where + ": \"" + tensor + "\" has the key \"" + key + "\" twice");
-        }
-        if (depth == 1) tensor = key;
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), check);
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 7: syntax error ...":
-    // keep the part after the position, and give the position as a byte of the file.
-    std::string what = e.what();
-    const auto colon = what.find(": ", what.find("parse error"));
+  Builder b(where);
+  if (json::sax_parse(text.begin(), text.end(), &b)) return std::move(b.root);
+  // nlohmann-json's message is "[json.exception.parse_error.101] parse error at line 1, column 7: syntax error
+  // ..." or, for a number beyond double's range, "[json.exception.out_of_range.406] number overflow ..." (the
+  // fuzzer's first find, test/fuzz): keep what follows the position, and give the position as a byte of the file.
+  std::string what = b.failure;
+  const auto close = what.find("] ");
+  if (close != std::string::npos) what = what.substr(close + 2);
+  if (what.rfind("parse error", 0) == 0) {
+    const auto colon = what.find(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
-    throw error(where + " is not valid JSON at byte " + std::to_string(8 + std::max<std::size_t>(e.byte, 1) - 1) +
-                ": " + printable(what));
-
-  } catch (const json::exception& e) {
-    // Not only parse_error: a number beyond double's range ("1e400") is out_of_range.406
-    // (found by test/fuzz/safetensors_fuzzer.cpp). Keep the text after "[json.exception....] ".
-    std::string what = e.what();
-    const auto close = what.find("] ");
-    if (close != std::string::npos) what = what.substr(close + 2);
-    throw error(where + " is not valid JSON: " + what);
   }
+  throw error(where + " is not valid JSON at byte " + std::to_string(8 + std::max<std::size_t>(b.failure_at, 1) - 1) +
+              ": " + printable(what));
 }
 
 /// A JSON integer in [0, 2^63) into `out`; false for anything else.
@@ -145,31 +177,13 @@ int dtype_bytes(std::string_view dtype) {
 }
 
 std::string make_header(std::vector<TensorEntry>& tensors, const std::map<std::string, std::string>& metadata) {
-  // The top-level object is joined here (each member dumped by nlohmann-json) so
-  // that the members keep their order, __metadata__ first, in O(k): nlohmann's
-  // ordered_json finds a key by a linear search.
-  const auto quoted = [](const std::string& s, const std::string& what) {
-    try {
-      return detail::json_quoted(s, true);
-    } catch (const json::type_error&) {
-      throw invalid_argument("safetensors header: " + what + " " + detail::json_quoted(s, false) +
-                             " is not valid UTF-8 (the header is UTF-8 JSON)");
-    }
-  };
-  std::string text = "{";
-  if (!metadata.empty()) {
-    text += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      text += (first ? "" : ",") + quoted(k, "the metadata key") + ":" + quoted(v, "the value of metadata key " + k);
-      first = false;
-    }
-    text += "}";
-  }
-  std::unordered_set<std::string> seen;
+  // One object dumped once (nlohmann-json's tree keeps its members in key
+  // order: std::map, O(log k) per member; its ordered_json searches linearly).
+  json doc = json::object();
+  if (!metadata.empty()) doc["__metadata__"] = metadata;
   std::int64_t at = 0;
   for (auto& t : tensors) {
-    if (t.name == "__metadata__" || !seen.insert(t.name).second)
+    if (t.name == "__metadata__" || doc.contains(t.name))
       throw invalid_argument("safetensors header: the tensor name \"" + t.name +
                              (t.name == "__metadata__" ? "\" is reserved" : "\" is given twice"));
     const int elem = dtype_bytes(t.dtype);
@@ -179,11 +193,27 @@ std::string make_header(std::vector<TensorEntry>& tensors, const std::map<std::s
     t.begin = at;
     t.end = at + n;
     at = t.end;
-    text += std::string(text.size() > 1 ? "," : "") + quoted(t.name, "the tensor name") +
-            ":{\"dtype\":" + quoted(t.dtype, "the dtype") + ",\"shape\":" + json(t.shape).dump() +
-            ",\"data_offsets\":" + json::array({t.begin, t.end}).dump() + "}";
+    json& entry = doc[t.name];
+    entry["dtype"] = t.dtype;
+    entry["shape"] = t.shape;
+    entry["data_offsets"] = json::array({t.begin, t.end});
   }
-  text += "}";
+  std::string text;
+  try {
+    text = doc.dump();
+  } catch (const json::type_error&) {  // 316: a string that is not UTF-8; say which
+    const auto check = [](const std::string& s, const std::string& what) {
+      try {
+        (void)detail::json_quoted(s, true);
+      } catch (const json::type_error&) {
+        throw invalid_argument("safetensors header: " + what + " " + detail::json_quoted(s, false) +
+                               " is not valid UTF-8 (the header is UTF-8 JSON)");
+      }
+    };
+    for (const auto& [k, v] : metadata) check(k, "the metadata key"), check(v, "the value of metadata key " + k);
+    for (const auto& t : tensors) check(t.name, "the tensor name");
+    throw;
+  }
   while ((8 + text.size()) % 8 != 0) text += ' ';
   std::string out(8, '\0');
   std::uint64_t n = text.size();
