@@ -37,7 +37,7 @@ def main():
     here = os.path.join(src, "test", "fuzz")
     clang = find_clang()
     if not clang:
-        print("SKIP: no clang++ on PATH (Debian: apt-get install clang libclang-rt-dev); set SHARDEX_FUZZ_CXX to use another")
+        print("SKIP: no clang++ on PATH (Debian: apt-get install clang libclang-rt-14-dev); set SHARDEX_FUZZ_CXX to use another")
         return SKIP
     flags = ["-std=c++20", "-O1", "-g", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all",
              "-I" + os.path.join(src, "include")]
@@ -49,7 +49,7 @@ def main():
                     'extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t*, std::size_t) { return 0; }\n')
         r = subprocess.run([clang] + flags + [probe, "-o", os.path.join(tmp, "probe")], capture_output=True, text=True)
         if r.returncode != 0:
-            print("SKIP: " + clang + " cannot link a libFuzzer target (Debian: apt-get install libclang-rt-dev):\n"
+            print("SKIP: " + clang + " cannot link a libFuzzer target (Debian: apt-get install libclang-rt-14-dev):\n"
                   + r.stderr[-2000:])
             return SKIP
     sources = [os.path.join(here, "safetensors_fuzzer.cpp"), os.path.join(src, "src", "safetensors.cpp"),
