@@ -22,8 +22,8 @@ namespace {
 
 using nlohmann::json;
 
-// Objects and arrays nest at most 3 deep in a header (the header, a tensor, its
-// shape); deeper is refused early instead of building the tree.
+// A real header nests 3 deep (the header, a tensor, its shape); more than this
+// is refused while parsing, before the tree grows.
 constexpr int max_depth = 32;
 
 /// nlohmann-json's message with every byte over 0x7F as <XX>: its "last read"
