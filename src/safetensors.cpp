@@ -1,236 +1,154 @@
-// The safetensors header: writing and parsing with validation
-// (include/shardex/io/safetensors_header.hpp). A small JSON reader of its own:
-// the header is JSON objects, arrays, strings and integers.
+// The safetensors header (include/shardex/io/safetensors_header.hpp): written
+// and read with nlohmann-json (a private dependency of src/), then validated
+// here: the JSON is strict RFC 8259 (no `1.2.3`, no leading zeros, no lone
+// surrogates, UTF-8 only), a key given twice in one object is refused (the
+// library would keep the last one), and the header is at most 100,000,000
+// bytes, the reference implementation's limit (safetensors' MAX_HEADER_SIZE).
 #include "shardex/io/safetensors_header.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "json_text.hpp"
 #include "shardex/core/error.hpp"
 
 namespace shardex::io {
 
 namespace {
 
-// ---- a minimal JSON value and reader -----------------------------------------------------
-struct Json {
-  enum class Kind { null, boolean, number, string, array, object } kind = Kind::null;
-  bool flag = false;
-  bool integral = false;
-  std::int64_t integer = 0;
-  std::string text;
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;  // in file order
-};
+using nlohmann::json;
 
-class Reader {
+// A real header nests 3 deep (the header, a tensor, its shape); more than this
+// is refused while parsing, before the tree grows.
+constexpr int max_depth = 32;
+
+/// nlohmann-json's message with every byte over 0x7F as <XX>: its "last read"
+/// quotes the file's bytes, which need not be UTF-8.
+std::string printable(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x80) {
+      out += c;
+    } else {
+      out += '<';
+      out += hex[b >> 4];
+      out += hex[b & 0xF];
+      out += '>';
+    }
+  }
+  return out;
+}
+
+/// Builds the header's tree from nlohmann-json's SAX events, refusing a key
+/// given twice in one object (nlohmann's own tree builder keeps the last one)
+/// and nesting deeper than max_depth. Its callback parser could check keys
+/// too, but it scans the parent object after every nested one ends: O(k^2)
+/// for k tensors.
+class Builder final : public nlohmann::json_sax<json> {
 public:
-  Reader(std::string_view s, const std::string& path) : s_(s), path_(path) {}
+  explicit Builder(const std::string& where) : where_(where) {}
+  json root;
+  std::string failure;  // nlohmann-json's message, when it stops at bad JSON
+  std::size_t failure_at = 0;
 
-  Json document() {
-    Json v = value(0);
-    skip_space();
-    if (i_ != s_.size()) fail("unexpected text after the header object");
-    return v;
+  bool null() override { return put(nullptr) != nullptr; }
+  bool boolean(bool v) override { return put(v) != nullptr; }
+  bool number_integer(number_integer_t v) override { return put(v) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) override { return put(v) != nullptr; }
+  bool number_float(number_float_t v, const string_t&) override { return put(v) != nullptr; }
+  bool string(string_t& v) override { return put(std::move(v)) != nullptr; }
+  bool binary(binary_t& v) override { return put(json::binary(std::move(v))) != nullptr; }
+  bool start_object(std::size_t) override { return open(json::object()); }
+  bool start_array(std::size_t) override { return open(json::array()); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    json& object = *open_.back();
+    if (object.contains(k)) {
+      if (open_.size() == 1) throw error(where_ + ": the tensor \"" + k + "\" appears twice");
+      throw error(where_ + ": \"" + tensor_ + "\" has the key \"" + k + "\" twice");
+    }
+    if (open_.size() == 1) tensor_ = k;
+    slot_ = &object[k];
+    return true;
+  }
+  bool parse_error(std::size_t at, const std::string&, const nlohmann::json::exception& e) override {
+    failure = e.what();
+    failure_at = at;
+    return false;
   }
 
 private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw error("safetensors header of \"" + path_ + "\" is not valid JSON at byte " + std::to_string(8 + i_) + ": " +
-                what);
-  }
-  void skip_space() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
-  }
-  char peek() {
-    skip_space();
-    if (i_ >= s_.size()) fail("the header ends too early");
-    return s_[i_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++i_;
-  }
-  Json value(int depth) {
-    if (depth > 32) fail("nested too deep");
-    const char c = peek();
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') {
-      Json v;
-      v.kind = Json::Kind::string;
-      v.text = string();
-      return v;
+  json* put(json&& v) {
+    if (open_.empty()) return &(root = std::move(v));
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
     }
-    if (c == '-' || (c >= '0' && c <= '9')) return number();
-    for (const char* word : {"true", "false", "null"})
-      if (s_.substr(i_, std::char_traits<char>::length(word)) == word) {
-        i_ += std::char_traits<char>::length(word);
-        Json v;
-        v.kind = word[0] == 'n' ? Json::Kind::null : Json::Kind::boolean;
-        v.flag = word[0] == 't';
-        return v;
-      }
-    fail(std::string("unexpected character '") + c + "'");
+    *slot_ = std::move(v);
+    return slot_;
   }
-  Json object(int depth) {
-    Json v;
-    v.kind = Json::Kind::object;
-    expect('{');
-    if (peek() == '}') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      if (peek() != '"') fail("expected a key");
-      std::string key = string();
-      for (const auto& m : v.members)
-        if (m.first == key) fail("the key \"" + key + "\" appears twice");
-      expect(':');
-      v.members.emplace_back(std::move(key), value(depth + 1));
-      const char c = peek();
-      ++i_;
-      if (c == '}') return v;
-      if (c != ',') fail("expected ',' or '}'");
-    }
+  bool open(json&& v) {
+    if (open_.size() >= max_depth)
+      throw error(where_ + ": objects and arrays nest deeper than " + std::to_string(max_depth) + " levels");
+    open_.push_back(put(std::move(v)));
+    return true;
   }
-  Json array(int depth) {
-    Json v;
-    v.kind = Json::Kind::array;
-    expect('[');
-    if (peek() == ']') {
-      ++i_;
-      return v;
-    }
-    while (true) {
-      v.items.push_back(value(depth + 1));
-      const char c = peek();
-      ++i_;
-      if (c == ']') return v;
-      if (c != ',') fail("expected ',' or ']'");
-    }
+  bool close() {
+    open_.pop_back();
+    return true;
   }
-  Json number() {
-    Json v;
-    v.kind = Json::Kind::number;
-    const std::size_t from = i_;
-    if (s_[i_] == '-') ++i_;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-    v.integral = true;
-    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) {
-      v.integral = false;
-      while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' || s_[i_] == 'e' ||
-                                s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
-        ++i_;
-    }
-    const std::string_view digits = s_.substr(from, i_ - from);
-    if (digits.empty() || digits == "-") fail("a number without digits");
-    if (v.integral) {
-      std::int64_t n = 0;
-      const bool negative = digits[0] == '-';
-      for (char d : digits.substr(negative ? 1 : 0)) {
-        if (n > (std::numeric_limits<std::int64_t>::max() - (d - '0')) / 10) fail("an integer too large");
-        n = n * 10 + (d - '0');
-      }
-      v.integer = negative ? -n : n;
-    }
-    return v;
-  }
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (i_ >= s_.size()) fail("a string that does not end");
-      const char c = s_[i_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("a control character inside a string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i_ >= s_.size()) fail("a string that does not end");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          if (i_ + 4 > s_.size()) fail("a short \\u escape");
-          unsigned cp = 0;
-          for (int k = 0; k < 4; ++k) {
-            const char h = s_[i_++];
-            cp = cp * 16 + static_cast<unsigned>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
-                                                 : (h >= 'a' && h <= 'f')                    ? h - 'a' + 10
-                                                 : (h >= 'A' && h <= 'F')                    ? h - 'A' + 10
-                                                                          : (fail("a bad \\u escape"), 0));
-          }
-          // UTF-8 (surrogate pairs are kept as two 3-byte sequences: names here are ASCII in practice)
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          }
-          break;
-        }
-        default:
-          fail(std::string("an unknown escape \\") + e);
-      }
-    }
-  }
-
-  std::string_view s_;
-  std::string path_;
-  std::size_t i_ = 0;
+  const std::string& where_;
+  std::vector<json*> open_;  // the objects and arrays being read, outermost first
+  json* slot_ = nullptr;     // the value of the key just read
+  std::string tensor_;       // the top-level key being read
 };
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\u00";
-      out += hex[(c >> 4) & 0xF];
-      out += hex[c & 0xF];
-    } else {
-      out += c;
-    }
+/// The header's JSON text parsed; throws `error` naming `path` and what is wrong.
+json parse_json(std::string_view text, const std::string& path) {
+  const std::string where = "safetensors header of \"" + path + "\"";
+  Builder b(where);
+  if (json::sax_parse(text.begin(), text.end(), &b)) return std::move(b.root);
+  // nlohmann-json's message is "[json.exception.parse_error.101] parse error at line 1, column 7: syntax error
+  // ..." or, for a number beyond double's range, "[json.exception.out_of_range.406] number overflow ..." (the
+  // fuzzer's first find, test/fuzz): keep what follows the position, and give the position as a byte of the file.
+  std::string what = b.failure;
+  const auto close = what.find("] ");
+  if (close != std::string::npos) what = what.substr(close + 2);
+  if (what.rfind("parse error", 0) == 0) {
+    const auto colon = what.find(": ");
+    if (colon != std::string::npos) what = what.substr(colon + 2);
   }
-  return out + "\"";
+  throw error(where + " is not valid JSON at byte " + std::to_string(8 + std::max<std::size_t>(b.failure_at, 1) - 1) +
+              ": " + printable(what));
+}
+
+/// A JSON integer in [0, 2^63) into `out`; false for anything else.
+bool non_negative_integer(const json& v, std::int64_t& out) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+    out = static_cast<std::int64_t>(u);
+    return true;
+  }
+  if (v.is_number_integer() && v.get<std::int64_t>() == 0) {  // -0
+    out = 0;
+    return true;
+  }
+  return false;
+}
+
+/// A JSON value as a message shows it: at most 60 characters of its text.
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() <= 60 ? s : s.substr(0, 57) + "...";
 }
 
 }  // namespace
@@ -259,43 +177,60 @@ int dtype_bytes(std::string_view dtype) {
 }
 
 std::string make_header(std::vector<TensorEntry>& tensors, const std::map<std::string, std::string>& metadata) {
-  std::string json = "{";
-  if (!metadata.empty()) {
-    json += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      json += (first ? "" : ",") + quoted(k) + ":" + quoted(v);
-      first = false;
-    }
-    json += "}";
-  }
+  // One object dumped once (nlohmann-json's tree keeps its members in key
+  // order: std::map, O(log k) per member; its ordered_json searches linearly).
+  json doc = json::object();
+  if (!metadata.empty()) doc["__metadata__"] = metadata;
   std::int64_t at = 0;
   for (auto& t : tensors) {
-    std::int64_t n = dtype_bytes(t.dtype);
+    if (t.name == "__metadata__" || doc.contains(t.name))
+      throw invalid_argument("safetensors header: the tensor name \"" + t.name +
+                             (t.name == "__metadata__" ? "\" is reserved" : "\" is given twice"));
+    const int elem = dtype_bytes(t.dtype);
+    if (elem == 0) throw invalid_argument("safetensors header: tensor \"" + t.name + "\" has an unknown dtype");
+    std::int64_t n = elem;
     for (auto e : t.shape) n *= e;
     t.begin = at;
     t.end = at + n;
     at = t.end;
-    json +=
-        std::string(json.size() > 1 ? "," : "") + quoted(t.name) + ":{\"dtype\":" + quoted(t.dtype) + ",\"shape\":[";
-    for (std::size_t d = 0; d < t.shape.size(); ++d) json += (d ? "," : "") + std::to_string(t.shape[d]);
-    json += "],\"data_offsets\":[" + std::to_string(t.begin) + "," + std::to_string(t.end) + "]}";
+    json& entry = doc[t.name];
+    entry["dtype"] = t.dtype;
+    entry["shape"] = t.shape;
+    entry["data_offsets"] = json::array({t.begin, t.end});
   }
-  json += "}";
-  while ((8 + json.size()) % 8 != 0) json += ' ';
+  std::string text;
+  try {
+    text = doc.dump();
+  } catch (const json::type_error&) {  // 316: a string that is not UTF-8; say which
+    const auto check = [](const std::string& s, const std::string& what) {
+      try {
+        (void)detail::json_quoted(s, true);
+      } catch (const json::type_error&) {
+        throw invalid_argument("safetensors header: " + what + " " + detail::json_quoted(s, false) +
+                               " is not valid UTF-8 (the header is UTF-8 JSON)");
+      }
+    };
+    for (const auto& [k, v] : metadata) check(k, "the metadata key"), check(v, "the value of metadata key " + k);
+    for (const auto& t : tensors) check(t.name, "the tensor name");
+    throw;
+  }
+  while ((8 + text.size()) % 8 != 0) text += ' ';
   std::string out(8, '\0');
-  std::uint64_t n = json.size();
+  std::uint64_t n = text.size();
   for (int b = 0; b < 8; ++b) out[static_cast<std::size_t>(b)] = static_cast<char>((n >> (8 * b)) & 0xFF);
-  return out + json;
+  return out + text;
 }
 
 std::int64_t header_length(std::string_view first8, std::int64_t file_size, const std::string& path) {
-  if (first8.size() < 8)
+  if (first8.size() < 8 || file_size < 8)
     throw error("\"" + path + "\" is not a safetensors file: it has " + std::to_string(file_size) +
                 " bytes, fewer than the 8 of the header length");
   std::uint64_t n = 0;
   for (int b = 7; b >= 0; --b) n = (n << 8) | static_cast<unsigned char>(first8[static_cast<std::size_t>(b)]);
-  if (n < 2 || n > static_cast<std::uint64_t>(file_size - 8) || n > (std::uint64_t(1) << 30))
+  if (n > max_header_bytes)
+    throw error("\"" + path + "\" is not a safetensors file: its header length is " + std::to_string(n) +
+                " bytes, more than the " + std::to_string(max_header_bytes) + " a safetensors header may have");
+  if (n < 2 || n > static_cast<std::uint64_t>(file_size - 8))
     throw error("\"" + path + "\" is not a safetensors file (or is truncated): its header length is " +
                 std::to_string(n) + " bytes but the file has " + std::to_string(file_size) + " bytes");
   return static_cast<std::int64_t>(n);
@@ -304,53 +239,62 @@ std::int64_t header_length(std::string_view first8, std::int64_t file_size, cons
 SafetensorsHeader parse_header(std::string_view head, std::int64_t file_size, const std::string& path) {
   const std::int64_t n = header_length(head.substr(0, std::min<std::size_t>(8, head.size())), file_size, path);
   if (static_cast<std::int64_t>(head.size()) < 8 + n) throw error("\"" + path + "\": the header is cut short");
-  const Json doc = Reader(head.substr(8, static_cast<std::size_t>(n)), path).document();
+  const json doc = parse_json(head.substr(8, static_cast<std::size_t>(n)), path);
   const auto bad = [&](const std::string& what) { return error("safetensors header of \"" + path + "\": " + what); };
-  if (doc.kind != Json::Kind::object) throw bad("the header is not a JSON object");
+  if (!doc.is_object()) throw bad("the header is not a JSON object");
   SafetensorsHeader h;
   h.data_begin = 8 + n;
   const std::int64_t data_size = file_size - h.data_begin;
-  for (const auto& [name, v] : doc.members) {
+  for (auto member = doc.begin(); member != doc.end(); ++member) {
+    const std::string& name = member.key();  // not structured bindings: clang 14 cannot capture them
+    const json& v = member.value();
     if (name == "__metadata__") {
-      if (v.kind != Json::Kind::object) throw bad("__metadata__ is not an object");
-      for (const auto& [k, x] : v.members) {
-        if (x.kind != Json::Kind::string) throw bad("__metadata__ value of \"" + k + "\" is not a string");
-        h.metadata[k] = x.text;
+      if (!v.is_object()) throw bad("__metadata__ is not an object");
+      for (const auto& [k, x] : v.items()) {
+        if (!x.is_string()) throw bad("__metadata__ value of \"" + k + "\" is not a string");
+        h.metadata[k] = x.get<std::string>();
       }
       continue;
     }
-    const auto field = [&](const char* key) -> const Json& {
-      if (v.kind != Json::Kind::object) throw bad("tensor \"" + name + "\" is not an object");
-      for (const auto& [k, x] : v.members)
-        if (k == key) return x;
-      throw bad("tensor \"" + name + "\" has no \"" + key + "\"");
+    if (!v.is_object()) throw bad("tensor \"" + name + "\" is not an object");
+    const auto field = [&](const char* key) -> const json& {
+      const auto it = v.find(key);
+      if (it == v.end()) throw bad("tensor \"" + name + "\" has no \"" + key + "\"");
+      return *it;
     };
     TensorEntry t;
     t.name = name;
-    const Json& dtype = field("dtype");
-    if (dtype.kind != Json::Kind::string || dtype_bytes(dtype.text) == 0)
-      throw bad("tensor \"" + name + "\" has an unknown dtype");
-    t.dtype = dtype.text;
-    const Json& shape = field("shape");
-    if (shape.kind != Json::Kind::array) throw bad("tensor \"" + name + "\": the shape is not a list");
-    std::int64_t bytes = dtype_bytes(t.dtype);
-    for (const auto& e : shape.items) {
-      if (e.kind != Json::Kind::number || !e.integral || e.integer < 0)
-        throw bad("tensor \"" + name + "\": a shape entry is not an integer >= 0");
-      t.shape.push_back(e.integer);
-      if (e.integer != 0 && bytes > std::numeric_limits<std::int64_t>::max() / e.integer)
+    const json& dtype = field("dtype");
+    if (!dtype.is_string() || dtype_bytes(dtype.get_ref<const std::string&>()) == 0)
+      throw bad("tensor \"" + name + "\" has an unknown dtype " + shown(dtype));
+    t.dtype = dtype.get<std::string>();
+    const json& shape = field("shape");
+    if (!shape.is_array()) throw bad("tensor \"" + name + "\": the shape is not a list");
+    // The bytes of the shape, and the product of its non-zero extents (times the
+    // element's bytes), which must fit in 64 bits too: a [0, 2^62, 2^62] holds no
+    // bytes but would overflow whoever multiplies its extents in another order.
+    std::int64_t bytes = dtype_bytes(t.dtype), nonzero = bytes;
+    for (const auto& e : shape) {
+      std::int64_t extent = 0;
+      if (!non_negative_integer(e, extent)) throw bad("tensor \"" + name + "\": a shape entry is not an integer >= 0");
+      t.shape.push_back(extent);
+      if (extent == 0) {
+        bytes = 0;
+        continue;
+      }
+      if (nonzero > std::numeric_limits<std::int64_t>::max() / extent)
         throw bad("tensor \"" + name + "\": the shape is too large");
-      bytes *= e.integer;
+      nonzero *= extent;
+      bytes *= extent;
     }
-    const Json& off = field("data_offsets");
-    if (off.kind != Json::Kind::array || off.items.size() != 2 || off.items[0].kind != Json::Kind::number ||
-        off.items[1].kind != Json::Kind::number || !off.items[0].integral || !off.items[1].integral)
+    const json& off = field("data_offsets");
+    std::int64_t begin = 0, end = 0;
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())
       throw bad("tensor \"" + name + "\": data_offsets is not a pair of integers");
-    t.begin = off.items[0].integer;
-    t.end = off.items[1].integer;
-    if (t.begin < 0 || t.end < t.begin)
-      throw bad("tensor \"" + name + "\": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                "] are not a range");
+    if (!non_negative_integer(off[0], begin) || !non_negative_integer(off[1], end) || end < begin)
+      throw bad("tensor \"" + name + "\": data_offsets " + shown(off) + " are not a range");
+    t.begin = begin;
+    t.end = end;
     if (t.end - t.begin != bytes)
       throw bad("tensor \"" + name + "\": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                 "] hold " + std::to_string(t.end - t.begin) + " bytes but a " + t.dtype + " tensor of its shape has " +
@@ -362,7 +306,7 @@ SafetensorsHeader parse_header(std::string_view head, std::int64_t file_size, co
     h.tensors.push_back(std::move(t));
   }
   // The data section is tiled exactly: no overlaps, no holes (as the format requires).
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+  std::stable_sort(h.tensors.begin(), h.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   std::int64_t at = 0;

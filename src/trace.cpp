@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "json_text.hpp"
 #include "shardex/config.hpp"
 #include "shardex/core/error.hpp"
 
@@ -42,33 +43,6 @@ State& state() {
   return s;
 }
 
-void append_escaped(std::string& out, const std::string& s) {
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-}
-
 int world_rank() {
 #if SHARDEX_WITH_MPI
   int initialized = 0, finalized = 0, r = 0;
@@ -95,9 +69,8 @@ std::string events_json(int rank, std::int64_t origin_ns) {
                 ",{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", rank, rank);
   out += buf;
   for (const Event& e : s.events) {
-    out += ",{\"name\":\"";
-    append_escaped(out, e.name);
-    std::snprintf(buf, sizeof buf, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f",
+    out += ",{\"name\":" + shardex::detail::json_quoted(e.name, false);
+    std::snprintf(buf, sizeof buf, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f",
                   e.category, rank, double(e.start_ns + s.clock_offset_ns - origin_ns) / 1e3,
                   double(e.duration_ns) / 1e3);
     out += buf;
@@ -117,12 +90,7 @@ void record(const char* category, std::string name, std::int64_t start_ns, std::
 }  // namespace detail
 
 std::string json_string_member(const char* key, const std::string& value) {
-  std::string out = "\"";
-  out += key;
-  out += "\":\"";
-  append_escaped(out, value);
-  out += '"';
-  return out;
+  return shardex::detail::json_quoted(key, false) + ":" + shardex::detail::json_quoted(value, false);
 }
 
 void start(const std::string& path) {

@@ -258,6 +258,26 @@ TEST_CASE("bad input throws on every rank, naming the file and the tensor; a fai
                        doctest::Contains("given twice"), invalid_argument);
 }
 
+TEST_CASE("names and metadata with quotes, backslashes, control characters and UTF-8 are read back as they were") {
+  // The same text as test_trace's: one escaper (src/json_text.hpp) for both files.
+  const std::string name = "q\"b\\n\nt\t\x01\x1f\x7f caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  const std::string path = path_of("names.safetensors");
+  const Shape g{3, 2};
+  save(path, TensorList().add(name, make<double, Invariant>(world(), g, {}, 4)).metadata(name, name));
+  const auto listed = list_tensors(world(), path);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].name == name);
+  CHECK(read_metadata(world(), path) == std::map<std::string, std::string>{{name, name}});
+  CHECK(test::all_ranks(holds(load<double, Replicated>(world(), path, name), 4)));
+  // The header holds nlohmann-json's escapes; a name that is not UTF-8 is refused on every rank, before any file.
+  const auto bytes = bytes_of(path);
+  CHECK(std::string(bytes.begin(), bytes.end()).find(R"("q\"b\\n\nt\t\u0001\u001f)") != std::string::npos);
+  CHECK_THROWS_WITH_AS(
+      save(path_of("bad_name.safetensors"), TensorList().add("x\xff", make<double, Invariant>(world(), g, {}, 1))),
+      doctest::Contains("is not valid UTF-8"), invalid_argument);
+  CHECK(test::all_ranks(!std::filesystem::exists(path_of("bad_name.safetensors"))));
+}
+
 TEST_CASE("mesh tensors: saved from a dp x tp mesh, loaded on another mesh shape and as plain tensors") {
   using dp = axis<"dp">;
   using tp = axis<"tp">;

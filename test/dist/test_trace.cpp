@@ -9,6 +9,7 @@
 #include <string>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <shardex.hpp>
 
 #include "support/dist.hpp"
@@ -74,6 +75,40 @@ TEST_CASE("trace: every collective of every rank is in the merged file, with its
   {
     trace::Span sp("local", "after stop");
     CHECK(!sp.on());
+  }
+}
+
+TEST_CASE("trace: names and args with quotes, backslashes, control characters and UTF-8 are read back as they were") {
+  const auto& comm = world();
+  std::int64_t pid = comm.rank() == 0 ? static_cast<std::int64_t>(getpid()) : 0;
+  comm.broadcast(&pid, 1, 0);
+  const std::string path = "/tmp/shardex_trace_names_" + std::to_string(pid) + ".json";
+  // The same text as test_checkpoint's escaped name: one escaper (src/json_text.hpp) for both files.
+  const std::string name = "q\"b\\n\nt\t\x01\x1f\x7f caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+  const std::string bad = "bad\xff";  // not UTF-8: written as U+FFFD, the file stays JSON
+  trace::start(path);
+  {
+    trace::Span sp("local", name.c_str());
+    sp.set_args(trace::json_string_member("note", name) + "," + trace::json_string_member(name.c_str(), bad));
+  }
+  { trace::Span sp("local", bad.c_str()); }
+  trace::stop();
+  if (comm.rank() == 0) {
+    std::ifstream in(path);
+    REQUIRE(in.good());
+    const nlohmann::json doc = nlohmann::json::parse(in);  // throws if the file is not JSON
+    int named = 0, replaced = 0;
+    for (const auto& e : doc.at("traceEvents")) {
+      if (e.at("name") == name) {
+        ++named;
+        CHECK(e.at("args").at("note") == name);
+        CHECK(e.at("args").at(name) == "bad\xef\xbf\xbd");
+      }
+      if (e.at("name") == "bad\xef\xbf\xbd") ++replaced;
+    }
+    CHECK(named == comm.size());
+    CHECK(replaced == comm.size());
+    std::remove(path.c_str());
   }
 }
 

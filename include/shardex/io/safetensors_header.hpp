@@ -43,23 +43,33 @@ struct SafetensorsHeader {
   [[nodiscard]] std::string names() const;
 };
 
+/// The largest header a file may have: 100,000,000 bytes, the limit of the
+/// reference implementation (safetensors' MAX_HEADER_SIZE).
+inline constexpr std::uint64_t max_header_bytes = 100'000'000;
+
 /// Bytes per element of a safetensors dtype; 0 for one this file does not know.
 int dtype_bytes(std::string_view dtype);
 
 /// The 8-byte length and the JSON header of `tensors`, laid out in the data
 /// section in the given order (their begin and end are filled in), padded
-/// with spaces so that the data starts at a multiple of 8 bytes.
+/// with spaces so that the data starts at a multiple of 8 bytes. Throws
+/// `shardex::invalid_argument` for a name given twice or "__metadata__", an
+/// unknown dtype, or a name, dtype or metadata string that is not UTF-8.
 std::string make_header(std::vector<TensorEntry>& tensors, const std::map<std::string, std::string>& metadata);
 
 /// The header length in the first 8 bytes of a file of `file_size` bytes;
-/// throws `shardex::error` naming `path` if it cannot be one.
+/// throws `shardex::error` naming `path` if it cannot be one (it runs past
+/// the end of the file, or is over `max_header_bytes`).
 std::int64_t header_length(std::string_view first8, std::int64_t file_size, const std::string& path);
 
 /// The header of a file of `file_size` bytes whose first bytes (8 + its
-/// length) are `head`. Throws `shardex::error` naming `path` and what is
-/// wrong: JSON that does not parse, a tensor without dtype, shape or
-/// offsets, an unknown dtype, offsets that do not match the shape and dtype,
-/// that overlap, leave holes or run past the end of the file.
+/// length) are `head` (no file I/O: the checks of untrusted bytes, all here).
+/// Throws `shardex::error` naming `path` and what is wrong: JSON that does
+/// not parse (strict RFC 8259, UTF-8), a key given twice in one object, a
+/// tensor without dtype, shape or offsets, an unknown dtype, a shape whose
+/// size overflows, offsets that do not match the shape and dtype, that
+/// overlap, leave holes or run past the end of the file, metadata that is
+/// not strings.
 SafetensorsHeader parse_header(std::string_view head, std::int64_t file_size, const std::string& path);
 
 }  // namespace shardex::io
