@@ -437,11 +437,11 @@ TEST_CASE("an empty tensor (default-constructed or moved-from) throws wherever i
   Tensor<float, Sharded<0>> empty;
   CHECK_FALSE(empty.valid());
   CHECK_THROWS_WITH_AS(eval(all_gather(empty)), doctest::Contains("the tensor is empty"), error);
-  CHECK_THROWS_WITH_AS(transit<Replicated>(empty, {}), doctest::Contains("shardex::all_gather: the tensor is empty"),
-                       error);
+  CHECK_THROWS_WITH_AS(apply_transition<Replicated>(empty, {}),
+                       doctest::Contains("shardex::all_gather: the tensor is empty"), error);
   Tensor<float, Partial> p0;
-  CHECK_THROWS_WITH_AS(transit<Replicated>(p0, {}), doctest::Contains("shardex::all_reduce: the tensor is empty"),
-                       error);
+  CHECK_THROWS_WITH_AS(apply_transition<Replicated>(p0, {}),
+                       doctest::Contains("shardex::all_reduce: the tensor is empty"), error);
   CHECK_THROWS_WITH_AS((Tensor<float, Partial>(sum(p0))), doctest::Contains("the tensor is empty"), error);
 
   auto a = Tensor<float, Sharded<0>>::ones(comm, g, layout_mapping<Sharded<0>>(lens));

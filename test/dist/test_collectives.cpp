@@ -617,15 +617,15 @@ TEST_CASE("identity: I -> I, R -> R, P -> P and S(d)[a] -> S(d)[a] keep the stor
   const Lens ls = test::random_lengths(rng, n, 3 * n);
   const auto f = [](Index i) { return value(77, i); };
   auto x = Tensor<double, Sharded<1>>::from_function(comm, {3, sum_of(ls)}, f, layout_mapping<Sharded<1>>(ls));
-  auto y = transit<Sharded<1>>(x, x.mapping());
+  auto y = apply_transition<Sharded<1>>(x, x.mapping());
   CHECK(y.data() == x.data());
   check_part(y, {Shape{3, sum_of(ls)}, 1, ls}, f, "S -> S, same lengths");
   auto r = Tensor<double, Replicated>::from_function(comm, {4, 2}, f);
-  CHECK(transit<Replicated>(r).data() == r.data());
+  CHECK(apply_transition<Replicated>(r).data() == r.data());
   auto p = Tensor<double, Partial>::from_function(comm, {4, 2}, f);
-  CHECK(transit<Partial>(p).data() == p.data());
+  CHECK(apply_transition<Partial>(p).data() == p.data());
   auto i = Tensor<float, Invariant>::from_function(comm, {4, 2}, f);
-  CHECK(transit<Invariant>(i).data() == i.data());
+  CHECK(apply_transition<Invariant>(i).data() == i.data());
 }
 
 TEST_CASE("reshard: S(d)[a] -> S(d)[b], every strategy, dims 0-2, 1-3 dims, lengths with zeros") {
@@ -647,7 +647,7 @@ TEST_CASE("reshard: S(d)[a] -> S(d)[b], every strategy, dims 0-2, 1-3 dims, leng
         const std::uint64_t seed = rng();
         const auto f = [seed](Index i) { return value(seed, i); };
         auto x = Tensor<T, S>::from_function(comm, g, f, layout_mapping<S>(a));
-        auto y = transit<S>(x, layout_mapping<S>(b), s);
+        auto y = apply_transition<S>(x, layout_mapping<S>(b), s);
         check_part(y, {g, D, b}, f, "reshard");
         CHECK(lens_of(y.mapping()) == b);
         check_part(x, {g, D, a}, f, "input after reshard (unchanged)");
@@ -668,9 +668,9 @@ TEST_CASE("reshard: S(d)[a] -> S(d)[b], every strategy, dims 0-2, 1-3 dims, leng
       const std::uint64_t seed = rng();
       const auto f = [seed](Index i) { return value(seed, i); };
       auto x = Tensor<double, Sharded<1, Ls>>::from_function(comm, g, f);
-      auto y = transit<Sharded<1, Rev>>(x, {}, s);
+      auto y = apply_transition<Sharded<1, Rev>>(x, {}, s);
       check_part(y, {g, 1, b}, f, "reshard, static lengths");
-      auto z = transit<Sharded<1>>(y, layout_mapping<Sharded<1>>(a), s);
+      auto z = apply_transition<Sharded<1>>(y, layout_mapping<Sharded<1>>(a), s);
       check_part(z, {g, 1, a}, f, "reshard back, to run-time lengths");
     }
   });
@@ -694,9 +694,9 @@ TEST_CASE("a strategy an operation does not have is refused on every rank, namin
     a.front() = 5;
     b.back() = 5;
     auto z = Tensor<float, Sharded<0>>::ones(comm, {5, 2}, layout_mapping<Sharded<0>>(a));
-    CHECK_THROWS_WITH_AS(transit<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::per_root),
+    CHECK_THROWS_WITH_AS(apply_transition<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::per_root),
                          doctest::Contains("strategy per_root does not apply"), invalid_argument);
-    CHECK_THROWS_WITH_AS(transit<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::padded),
+    CHECK_THROWS_WITH_AS(apply_transition<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::padded),
                          doctest::Contains("strategy padded does not apply"), invalid_argument);
   }
   // ... and the ranks are still in step: a collective afterwards works.

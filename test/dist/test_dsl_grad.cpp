@@ -657,9 +657,9 @@ template <LayoutTag From, LayoutTag To>
   // The gradient is the table's adjoint applied to w (read as the gradient of T(x)).
   using adjoint = adjoint_t<From, To>;
   static_assert(adjoint::exists);
-  const auto gw = w.template relabel<dual_t<To>>(dual_mapping<To>(mapping_of<To>(lt)));
+  const auto gw = w.template reinterpret_as<dual_t<To>>(dual_mapping<To>(mapping_of<To>(lt)));
   const Tensor<X, dual_t<From>> expected =
-      transit<dual_t<From>>(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
+      apply_transition<dual_t<From>>(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
   check_same(view(x.grad()), view(expected),
              "the gradient against " + std::string(adjoint::name) + " " + layout_name<dual_t<To>>() + " -> " +
                  layout_name<dual_t<From>>() + " of w");

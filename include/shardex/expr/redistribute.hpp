@@ -188,7 +188,7 @@ auto walk_chain(const Redistribute<E, To>& r, Step& step) {
 
 /// Evaluation's steps: the source is evaluated (and the lengths inside a
 /// chain, which the simplification removes, are agreed on), each step is the
-/// table entry run by transit.
+/// table entry run by apply_transition.
 struct Runner {
   template <class R>
   auto source(const R& r) {
@@ -202,7 +202,7 @@ struct Runner {
   }
   template <LayoutTag B, class X>
   auto go(const X& x, const layout_mapping<B>& to, Strategy s) {
-    return transit<B>(x, to, s);
+    return apply_transition<B>(x, to, s);
   }
 };
 
