@@ -65,7 +65,6 @@ struct Sharded {
   static constexpr bool has_static_lengths = is_static_lengths_v<Lengths>;
   static constexpr bool is_always_whole() noexcept { return false; }
   static constexpr bool needs_reduction() noexcept { return false; }
-  static constexpr int shard_dim() noexcept { return D; }
 };
 
 namespace detail {

@@ -109,7 +109,7 @@ PlanStep planned(const Shape& g, const layout_mapping<From>& from_map, const lay
 /// rank) the cross-rank agreement of agree.hpp on both. Returns the step,
 /// which the entry then runs as planned.
 template <class Entry, class X, LayoutTag To>
-PlanStep prepare(bool agrees_across_ranks, const X& x, const layout_mapping<To>& to, Strategy s) {
+PlanStep prepare(const X& x, const layout_mapping<To>& to, Strategy s) {
   const char* name = Entry::name;
   if (!x.valid()) x.require_valid((std::string("shardex::") + name).c_str());
   // The call's text is built only for an error message.
@@ -120,10 +120,6 @@ PlanStep prepare(bool agrees_across_ranks, const X& x, const layout_mapping<To>&
     step = planned<Entry, typename X::value_type>(x.shape(), x.mapping(), to, s, ranks_of(x.comm()));
   } catch (const invalid_argument& e) {
     err = call() + ": " + e.what();
-  }
-  if (!agrees_across_ranks) {
-    if (!err.empty()) throw invalid_argument(err);
-    return step;
   }
   Signature sig;
   sig.add(name)
@@ -171,7 +167,7 @@ struct transition<Sharded<D, Ls>, To> {
   static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s,
                                   PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());  // every row is received
     lower::all_gather<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
     return out;
@@ -198,7 +194,7 @@ struct transition<Partial, Sharded<D, Ls>> {
   static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x,
                                               const layout_mapping<Sharded<D, Ls>>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<D, Ls>>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // written whole by the reduction
     lower::reduce_scatter<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
     return out;
@@ -222,7 +218,7 @@ struct transition<Partial, To> {
   static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s,
                                   PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     // Out of place, straight into the result: no copy of x first.
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());
     x.comm().all_reduce(static_cast<const T*>(x.data()), out.data(), out.size());
@@ -247,7 +243,7 @@ struct transition<From, Sharded<D, Ls>> {
                                               Strategy s, PlanStep& ran) {
     // No communication, but the lengths must be valid on every rank: the
     // ranks agree on them like a collective's (a bad one throws everywhere).
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // the copy writes it whole
     const DimView v = DimView::of(x.shape(), D);
     Dev::copy(x.data(), v.rows(out.global_offset(), out.local_shape()[D]), out.data(),
@@ -301,7 +297,7 @@ requires(C != S) struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
   static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x,
                                               const layout_mapping<Sharded<S, Ls>>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<S, Ls>>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, Sharded<S, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // every piece is received
     lower::all_to_all<Dev>(ran.lowering, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S,
                            x.lengths(), to.lengths());
@@ -361,7 +357,7 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
       // Agree first: a rank whose lengths already match must not return while
       // a peer (with other lengths, a bug to report) waits in the exchange.
       const auto watched = detail::watch_scope<Sharded<D, Lb>>(name, x, to);
-      ran = detail::prepare<transition>(true, x, to, s);
+      ran = detail::prepare<transition>(x, to, s);
       if (!ran.moves) return x.template reinterpret_as<Sharded<D, Lb>>(to);
       auto out = Tensor<T, Sharded<D, Lb>, Dev>::empty(x.comm(), x.shape(), to);  // every new row arrives
       lower::reshard<Dev>(ran.lowering, x.comm(), x.data(), out.data(), x.shape(), D, x.lengths(), to.lengths());
