@@ -1,4 +1,4 @@
-// Gradients through the typed DSL (DESIGN.md sections 1-3), in double, at every
+// Gradients through the typed DSL (docs/concepts/dsl.md), in double, at every
 // world size, with uneven lengths (zeros included):
 //
 // 1. Composite expressions (a Megatron MLP block, a sequence-parallel block
@@ -717,7 +717,8 @@ TEST_CASE("every planned redistribute path among I, R, P, S(0), S(1): values, on
       }
     });
   });
-  // The paths DESIGN.md excludes, and no other: R has none to I or P, I none to P.
+  // The paths the contract excludes (docs/concepts/transitions.md), and no
+  // other: R has none to I or P, I none to P.
   CHECK(missing == "I->P(sum) R->I R->P(sum)");
   CHECK(pairs == 22);
   CHECK(st.runs >= 22 * 5);

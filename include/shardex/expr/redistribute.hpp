@@ -262,7 +262,7 @@ auto dynamic_slice(const X& x, layout_mapping<To> to = lengths_from_type<To>()) 
   return slice<To>(x, std::move(to));
 }
 
-/// Sharded<C> -> Sharded<S>, C != S: the uneven all-to-all of DESIGN.md section 2.
+/// Sharded<C> -> Sharded<S>, C != S: the uneven all-to-all (docs/concepts/transitions.md).
 /// The target's lengths: none for static ones, `{3, 0, 5, 2}` or a vector for dynamic ones.
 template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
 auto all_to_all(const X& x, layout_mapping<To> to = lengths_from_type<To>(), S s = Strategy::automatic) {

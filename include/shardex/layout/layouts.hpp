@@ -84,7 +84,8 @@ concept LayoutTag =
 template <class L>
 concept ShardedLayout = is_sharded_v<L>;
 
-/// The layout of the gradient of a tensor of layout L (DESIGN.md section 1).
+/// The layout of the gradient of a tensor of layout L: R and P swap, I and
+/// S(d) stay (docs/concepts/layouts.md).
 template <LayoutTag L>
 struct dual {
   using type = L;
@@ -100,7 +101,8 @@ struct dual<Partial> {
 template <LayoutTag L>
 using dual_t = typename dual<L>::type;
 
-/// The notation of DESIGN/STYLE: "I", "R", "P(sum)", "S(1)[1,2,3,4]" or "S(1)[dyn]".
+/// The notation of the docs and of every message: "I", "R", "P(sum)",
+/// "S(1)[1,2,3,4]" or "S(1)[dyn]" (docs/concepts/layouts.md).
 template <LayoutTag L>
 std::string layout_name() {
   if constexpr (std::same_as<L, Invariant>)
