@@ -14,8 +14,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def png_problem(png):
     """Why PNG is not a drawn plot, or None: it must exist, start with the PNG
     signature and an IHDR chunk of a plausible figure (100 to 10000 pixels a
-    side), and hold 10 kB to 20 MB (an empty figure of that size is smaller:
-    a blank 640 x 480 PNG is about 2 kB)."""
+    side), and hold 10 kB to 20 MB (measured: a blank 800 x 650 figure is
+    3.6 kB; the plots of check_log and check_trace are 47 kB and 21 kB)."""
     if not os.path.exists(png):
         return f"{png} was not written"
     size = os.path.getsize(png)
