@@ -593,20 +593,57 @@ TEST_CASE("4-d tensors: sharded dims 1 and 3, every transition") {
   }
 }
 
+/// Runs `body` under a BackendCallRecorder (core/backend_calls.hpp) and
+/// checks that it handed the backend nothing to send: every call it made
+/// (agreements, collectives of zero counts) carried 0 bytes.
+template <class F>
+void check_moves_nothing(const std::string& what, F&& body) {
+  BackendCallRecorder rec;
+  body();
+  std::int64_t bytes = 0;
+  std::string calls;
+  for (const BackendCall& c : rec.calls()) {
+    bytes += c.bytes;
+    calls += std::string(calls.empty() ? "" : ", ") + c.primitive + " " + std::to_string(c.bytes) + " B";
+  }
+  CHECK_MESSAGE(bytes == 0, what << ": " << bytes << " bytes handed to the backend (" << calls << ")");
+  // The calls are there to be counted (an agreement at least), except at one
+  // rank, where there is nobody to agree with and nothing is called.
+  if (test::world().size() > 1)
+    CHECK_MESSAGE(!rec.calls().empty(), what << ": no backend call at all, not even the agreement");
+}
+
 TEST_CASE("an empty dim other than the sharded one: every transition moves nothing and keeps the shapes") {
   const int n = test::world().size();
   auto rng = test::shared_rng(909);
   const Lens ls = test::random_lengths(rng, n, 2 * n + 1);
+  // Each check_* also compares the shapes (and the values, of which there are none).
   for (Strategy s : gather_strategies) {
-    check_all_gather<float, Sharded<1>>({0, sum_of(ls), 3}, ls, s, rng());
-    check_all_gather<double, Sharded<0>>({sum_of(ls), 4, 0}, ls, s, rng());
-    check_reduce_scatter<float, Sharded<2>>({3, 0, sum_of(ls)}, ls, s, rng());
-    check_reduce_scatter<double, Sharded<0>>({sum_of(ls), 0}, ls, s, rng());
+    const std::string how = std::string(" (") + strategy_name(s) + ")";
+    check_moves_nothing("all_gather S(1)" + how, [&] {
+      check_all_gather<float, Sharded<1>>({0, sum_of(ls), 3}, ls, s, rng());
+    });
+    check_moves_nothing("all_gather S(0)" + how, [&] {
+      check_all_gather<double, Sharded<0>>({sum_of(ls), 4, 0}, ls, s, rng());
+    });
+    check_moves_nothing("reduce_scatter S(2)" + how, [&] {
+      check_reduce_scatter<float, Sharded<2>>({3, 0, sum_of(ls)}, ls, s, rng());
+    });
+    check_moves_nothing("reduce_scatter S(0)" + how, [&] {
+      check_reduce_scatter<double, Sharded<0>>({sum_of(ls), 0}, ls, s, rng());
+    });
   }
-  check_slice_and_pad<float, Sharded<1>>({2, sum_of(ls), 0}, ls, rng());
+  check_moves_nothing("dynamic_slice/zero_pad S(1)", [&] {
+    check_slice_and_pad<float, Sharded<1>>({2, sum_of(ls), 0}, ls, rng());
+  });
   for (Strategy s : a2a_strategies) {
-    check_all_to_all<float, Sharded<0>, Sharded<2>>({sum_of(ls), 0, sum_of(ls)}, ls, ls, s, rng());
-    check_all_to_all<double, Sharded<2>, Sharded<1>>({0, sum_of(ls), sum_of(ls)}, ls, ls, s, rng());
+    const std::string how = std::string(" (") + strategy_name(s) + ")";
+    check_moves_nothing("all_to_all S(0) -> S(2)" + how, [&] {
+      check_all_to_all<float, Sharded<0>, Sharded<2>>({sum_of(ls), 0, sum_of(ls)}, ls, ls, s, rng());
+    });
+    check_moves_nothing("all_to_all S(2) -> S(1)" + how, [&] {
+      check_all_to_all<double, Sharded<2>, Sharded<1>>({0, sum_of(ls), sum_of(ls)}, ls, ls, s, rng());
+    });
   }
 }
 
