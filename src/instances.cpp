@@ -12,8 +12,8 @@ template void Host::gemm<double>(const GemmShape&, double, const double*, const 
 template float Host::sum<float>(const float*, std::int64_t);
 template double Host::sum<double>(const double*, std::int64_t);
 
-#define SHARDEX_INSTANTIATE_TRANSIT(T, From, To) template SHARDEX_TRANSIT_SIGNATURE(T, From, To)
-SHARDEX_HOST_TRANSITIONS(SHARDEX_INSTANTIATE_TRANSIT, float)
-SHARDEX_HOST_TRANSITIONS(SHARDEX_INSTANTIATE_TRANSIT, double)
+#define SHARDEX_INSTANTIATE_APPLY_TRANSITION(T, From, To) template SHARDEX_APPLY_TRANSITION_SIGNATURE(T, From, To)
+SHARDEX_HOST_TRANSITIONS(SHARDEX_INSTANTIATE_APPLY_TRANSITION, float)
+SHARDEX_HOST_TRANSITIONS(SHARDEX_INSTANTIATE_APPLY_TRANSITION, double)
 
 }  // namespace shardex

@@ -593,20 +593,57 @@ TEST_CASE("4-d tensors: sharded dims 1 and 3, every transition") {
   }
 }
 
+/// Runs `body` under a BackendCallRecorder (core/backend_calls.hpp) and
+/// checks that it handed the backend nothing to send: every call it made
+/// (agreements, collectives of zero counts) carried 0 bytes.
+template <class F>
+void check_moves_nothing(const std::string& what, F&& body) {
+  BackendCallRecorder rec;
+  body();
+  std::int64_t bytes = 0;
+  std::string calls;
+  for (const BackendCall& c : rec.calls()) {
+    bytes += c.bytes;
+    calls += std::string(calls.empty() ? "" : ", ") + c.primitive + " " + std::to_string(c.bytes) + " B";
+  }
+  CHECK_MESSAGE(bytes == 0, what << ": " << bytes << " bytes handed to the backend (" << calls << ")");
+  // The calls are there to be counted (an agreement at least), except at one
+  // rank, where there is nobody to agree with and nothing is called.
+  if (test::world().size() > 1)
+    CHECK_MESSAGE(!rec.calls().empty(), what << ": no backend call at all, not even the agreement");
+}
+
 TEST_CASE("an empty dim other than the sharded one: every transition moves nothing and keeps the shapes") {
   const int n = test::world().size();
   auto rng = test::shared_rng(909);
   const Lens ls = test::random_lengths(rng, n, 2 * n + 1);
+  // Each check_* also compares the shapes (and the values, of which there are none).
   for (Strategy s : gather_strategies) {
-    check_all_gather<float, Sharded<1>>({0, sum_of(ls), 3}, ls, s, rng());
-    check_all_gather<double, Sharded<0>>({sum_of(ls), 4, 0}, ls, s, rng());
-    check_reduce_scatter<float, Sharded<2>>({3, 0, sum_of(ls)}, ls, s, rng());
-    check_reduce_scatter<double, Sharded<0>>({sum_of(ls), 0}, ls, s, rng());
+    const std::string how = std::string(" (") + strategy_name(s) + ")";
+    check_moves_nothing("all_gather S(1)" + how, [&] {
+      check_all_gather<float, Sharded<1>>({0, sum_of(ls), 3}, ls, s, rng());
+    });
+    check_moves_nothing("all_gather S(0)" + how, [&] {
+      check_all_gather<double, Sharded<0>>({sum_of(ls), 4, 0}, ls, s, rng());
+    });
+    check_moves_nothing("reduce_scatter S(2)" + how, [&] {
+      check_reduce_scatter<float, Sharded<2>>({3, 0, sum_of(ls)}, ls, s, rng());
+    });
+    check_moves_nothing("reduce_scatter S(0)" + how, [&] {
+      check_reduce_scatter<double, Sharded<0>>({sum_of(ls), 0}, ls, s, rng());
+    });
   }
-  check_slice_and_pad<float, Sharded<1>>({2, sum_of(ls), 0}, ls, rng());
+  check_moves_nothing("dynamic_slice/zero_pad S(1)", [&] {
+    check_slice_and_pad<float, Sharded<1>>({2, sum_of(ls), 0}, ls, rng());
+  });
   for (Strategy s : a2a_strategies) {
-    check_all_to_all<float, Sharded<0>, Sharded<2>>({sum_of(ls), 0, sum_of(ls)}, ls, ls, s, rng());
-    check_all_to_all<double, Sharded<2>, Sharded<1>>({0, sum_of(ls), sum_of(ls)}, ls, ls, s, rng());
+    const std::string how = std::string(" (") + strategy_name(s) + ")";
+    check_moves_nothing("all_to_all S(0) -> S(2)" + how, [&] {
+      check_all_to_all<float, Sharded<0>, Sharded<2>>({sum_of(ls), 0, sum_of(ls)}, ls, ls, s, rng());
+    });
+    check_moves_nothing("all_to_all S(2) -> S(1)" + how, [&] {
+      check_all_to_all<double, Sharded<2>, Sharded<1>>({0, sum_of(ls), sum_of(ls)}, ls, ls, s, rng());
+    });
   }
 }
 
@@ -617,15 +654,15 @@ TEST_CASE("identity: I -> I, R -> R, P -> P and S(d)[a] -> S(d)[a] keep the stor
   const Lens ls = test::random_lengths(rng, n, 3 * n);
   const auto f = [](Index i) { return value(77, i); };
   auto x = Tensor<double, Sharded<1>>::from_function(comm, {3, sum_of(ls)}, f, layout_mapping<Sharded<1>>(ls));
-  auto y = transit<Sharded<1>>(x, x.mapping());
+  auto y = apply_transition<Sharded<1>>(x, x.mapping());
   CHECK(y.data() == x.data());
   check_part(y, {Shape{3, sum_of(ls)}, 1, ls}, f, "S -> S, same lengths");
   auto r = Tensor<double, Replicated>::from_function(comm, {4, 2}, f);
-  CHECK(transit<Replicated>(r).data() == r.data());
+  CHECK(apply_transition<Replicated>(r).data() == r.data());
   auto p = Tensor<double, Partial>::from_function(comm, {4, 2}, f);
-  CHECK(transit<Partial>(p).data() == p.data());
+  CHECK(apply_transition<Partial>(p).data() == p.data());
   auto i = Tensor<float, Invariant>::from_function(comm, {4, 2}, f);
-  CHECK(transit<Invariant>(i).data() == i.data());
+  CHECK(apply_transition<Invariant>(i).data() == i.data());
 }
 
 TEST_CASE("reshard: S(d)[a] -> S(d)[b], every strategy, dims 0-2, 1-3 dims, lengths with zeros") {
@@ -647,7 +684,7 @@ TEST_CASE("reshard: S(d)[a] -> S(d)[b], every strategy, dims 0-2, 1-3 dims, leng
         const std::uint64_t seed = rng();
         const auto f = [seed](Index i) { return value(seed, i); };
         auto x = Tensor<T, S>::from_function(comm, g, f, layout_mapping<S>(a));
-        auto y = transit<S>(x, layout_mapping<S>(b), s);
+        auto y = apply_transition<S>(x, layout_mapping<S>(b), s);
         check_part(y, {g, D, b}, f, "reshard");
         CHECK(lens_of(y.mapping()) == b);
         check_part(x, {g, D, a}, f, "input after reshard (unchanged)");
@@ -668,9 +705,9 @@ TEST_CASE("reshard: S(d)[a] -> S(d)[b], every strategy, dims 0-2, 1-3 dims, leng
       const std::uint64_t seed = rng();
       const auto f = [seed](Index i) { return value(seed, i); };
       auto x = Tensor<double, Sharded<1, Ls>>::from_function(comm, g, f);
-      auto y = transit<Sharded<1, Rev>>(x, {}, s);
+      auto y = apply_transition<Sharded<1, Rev>>(x, {}, s);
       check_part(y, {g, 1, b}, f, "reshard, static lengths");
-      auto z = transit<Sharded<1>>(y, layout_mapping<Sharded<1>>(a), s);
+      auto z = apply_transition<Sharded<1>>(y, layout_mapping<Sharded<1>>(a), s);
       check_part(z, {g, 1, a}, f, "reshard back, to run-time lengths");
     }
   });
@@ -694,9 +731,9 @@ TEST_CASE("a strategy an operation does not have is refused on every rank, namin
     a.front() = 5;
     b.back() = 5;
     auto z = Tensor<float, Sharded<0>>::ones(comm, {5, 2}, layout_mapping<Sharded<0>>(a));
-    CHECK_THROWS_WITH_AS(transit<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::per_root),
+    CHECK_THROWS_WITH_AS(apply_transition<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::per_root),
                          doctest::Contains("strategy per_root does not apply"), invalid_argument);
-    CHECK_THROWS_WITH_AS(transit<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::padded),
+    CHECK_THROWS_WITH_AS(apply_transition<Sharded<0>>(z, layout_mapping<Sharded<0>>(b), Strategy::padded),
                          doctest::Contains("strategy padded does not apply"), invalid_argument);
   }
   // ... and the ranks are still in step: a collective afterwards works.

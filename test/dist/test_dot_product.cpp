@@ -159,19 +159,19 @@ template <LayoutTag From, LayoutTag To>
   // ---- the dot-product test with the table's adjoint ----
   const auto x = random_tensor<From>(g, mf, seed);
   const auto w = random_tensor<dual_t<To>>(g, dual_mapping<To>(mt), seed + 1);
-  const Tensor<X, To> tx = transit<To>(x, mt, s);
+  const Tensor<X, To> tx = apply_transition<To>(x, mt, s);
   const Tensor<X, dual_t<From>> tw =
-      transit<dual_t<From>>(w, dual_mapping<From>(mf), s) /* the entry adjoint_t<From, To> */;
+      apply_transition<dual_t<From>>(w, dual_mapping<From>(mf), s) /* the entry adjoint_t<From, To> */;
   CHECK(tw.shape() == x.shape());
   CHECK(tw.local_shape() == x.local_shape());
 
   // ---- autodiff: loss = sum(T(x)), backward, with w = 1 ----
   auto xd = x.clone();
   xd.requires_grad();
-  const auto loss = eager::sum(transit<To>(xd, mt, s));
+  const auto loss = eager::sum(apply_transition<To>(xd, mt, s));
   backward(loss);
   const auto ones = Tensor<X, dual_t<To>>::ones(comm, g, dual_mapping<To>(mt));
-  const Tensor<X, dual_t<From>> t_ones = transit<dual_t<From>>(ones, dual_mapping<From>(mf), s);
+  const Tensor<X, dual_t<From>> t_ones = apply_transition<dual_t<From>>(ones, dual_mapping<From>(mf), s);
   CHECK(xd.has_grad());
   if (xd.has_grad()) {
     static_assert(std::same_as<std::remove_cvref_t<decltype(xd.grad())>, Tensor<X, dual_t<From>>>);

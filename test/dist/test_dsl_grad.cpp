@@ -1,4 +1,4 @@
-// Gradients through the typed DSL (DESIGN.md sections 1-3), in double, at every
+// Gradients through the typed DSL (docs/concepts/dsl.md), in double, at every
 // world size, with uneven lengths (zeros included):
 //
 // 1. Composite expressions (a Megatron MLP block, a sequence-parallel block
@@ -657,9 +657,9 @@ template <LayoutTag From, LayoutTag To>
   // The gradient is the table's adjoint applied to w (read as the gradient of T(x)).
   using adjoint = adjoint_t<From, To>;
   static_assert(adjoint::exists);
-  const auto gw = w.template relabel<dual_t<To>>(dual_mapping<To>(mapping_of<To>(lt)));
+  const auto gw = w.template reinterpret_as<dual_t<To>>(dual_mapping<To>(mapping_of<To>(lt)));
   const Tensor<X, dual_t<From>> expected =
-      transit<dual_t<From>>(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
+      apply_transition<dual_t<From>>(gw, dual_mapping<From>(mapping_of<From>(lf)), Strategy::automatic);
   check_same(view(x.grad()), view(expected),
              "the gradient against " + std::string(adjoint::name) + " " + layout_name<dual_t<To>>() + " -> " +
                  layout_name<dual_t<From>>() + " of w");
@@ -717,7 +717,8 @@ TEST_CASE("every planned redistribute path among I, R, P, S(0), S(1): values, on
       }
     });
   });
-  // The paths DESIGN.md excludes, and no other: R has none to I or P, I none to P.
+  // The paths the contract excludes (docs/concepts/transitions.md), and no
+  // other: R has none to I or P, I none to P.
   CHECK(missing == "I->P(sum) R->I R->P(sum)");
   CHECK(pairs == 22);
   CHECK(st.runs >= 22 * 5);

@@ -127,13 +127,14 @@ struct Fuzz {
   }
 
   /// One transition From -> To of a random tensor, checked; run eagerly
-  /// (transit) or lazily (a redistribute expression, evaluated). Half the
+  /// (apply_transition) or lazily (a redistribute expression, evaluated). Half the
   /// cases also run backward: x's gradient, from loss = sum(y * w), must hold
   /// the logical value of w read in the dual layout (a transition is the
   /// identity on logical values, so its adjoint is too), recomputed with raw MPI.
   template <class From, class To>
-  void run(const Shape& g, layout_mapping<From> fm, layout_mapping<To> tm, Strategy s, const std::string& what) {
-    auto x = random_input<From>(g, std::move(fm), rng());
+  void run(const Shape& g, layout_mapping<From> from_map, layout_mapping<To> to_map, Strategy s,
+           const std::string& what) {
+    auto x = random_input<From>(g, std::move(from_map), rng());
     const bool lazy = rng() % 2 == 0, grad = rng() % 2 == 0;
     if (grad) x.requires_grad();
     const std::string how = what + (lazy ? " (lazy" : " (eager") + (grad ? ", backward)" : ")");
@@ -141,14 +142,14 @@ struct Fuzz {
     perturb_one(want);
     Tensor<double, To> y;
     if (lazy)
-      y = redistribute<To>(x, tm, s);
+      y = redistribute<To>(x, to_map, s);
     else
-      y = transit<To>(x, tm, s);
+      y = apply_transition<To>(x, to_map, s);
     check(want, mismatches(want, y), g, how + " forward");
     if (grad) {
-      const auto w = random_input<To>(g, tm, rng());
+      const auto w = random_input<To>(g, to_map, rng());
       backward(eval(sum(y * w)));
-      auto gwant = logical(w.template relabel<dual_t<To>>(dual_mapping<To>(tm)));
+      auto gwant = logical(w.template reinterpret_as<dual_t<To>>(dual_mapping<To>(to_map)));
       perturb_one(gwant);
       check(gwant, x.has_grad() ? mismatches(gwant, x.grad()) : 1 + static_cast<std::int64_t>(gwant.size()), g,
             how + " gradient");

@@ -2,7 +2,7 @@
 """An example's --log file, and its plot: runs EXAMPLE on 2 ranks with
 --steps 6 --log, checks the CSV (one row per step, the sharded loss equal to
 the unsharded one, times positive), then draws it with scripts/plot_losses.py
-where matplotlib is installed (said so, and skipped, where it is not).
+(SKIP, exit 77, where matplotlib is not installed).
 
     check_log.py EXAMPLE PLOT_SCRIPT MPIRUN [MPIRUN_ARGS...]
 """

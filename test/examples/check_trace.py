@@ -4,7 +4,7 @@
 per rank, and hold every collective on the 3-rank communicator: per step an
 all_reduce forward (P -> I) and one backward (replicate's adjoint), plus the
 three all_gathers of the last step's gradients. Then scripts/plot_trace.py
-draws it where matplotlib is installed (said so, and skipped, where not).
+draws it (SKIP, exit 77, where matplotlib is not installed).
 
     check_trace.py EXAMPLE PLOT_SCRIPT MPIRUN [MPIRUN_ARGS...]
 """

@@ -27,7 +27,7 @@ void collective(const mpi::Communicator& comm) {
   std::int64_t rows = 0;
   for (auto l : lens) rows += l;
   auto x = Tensor<float, Sharded<0>>::ones(comm, {rows, 3}, layout_mapping<Sharded<0>>(lens));
-  (void)transit<Replicated>(x, {});
+  (void)apply_transition<Replicated>(x, {});
 }
 
 /// The table's bad inputs, written as a user would (no try/catch here: main
@@ -39,17 +39,17 @@ bool bad_input(const std::string& name, const mpi::Communicator& comm) {
   one_row_on_last[static_cast<std::size_t>(last)] = 1;
   if (name == "zeros_negative_then_all_reduce") {
     auto p = Tensor<float, Partial>::zeros(comm, {-1, 5});
-    (void)transit<Replicated>(p, {});
+    (void)apply_transition<Replicated>(p, {});
   } else if (name == "ones_negative") {
     (void)Tensor<float, Replicated>::ones(comm, {-1, 5});
   } else if (name == "sharded_negative_all_gather") {
     std::vector<std::int64_t> lens(static_cast<std::size_t>(n), 0);
     lens[0] = 4;
     auto x = Tensor<float, Sharded<1>>::ones(comm, {-2, 4}, layout_mapping<Sharded<1>>(lens));
-    (void)transit<Replicated>(x, {});
+    (void)apply_transition<Replicated>(x, {});
   } else if (name == "default_constructed") {
     Tensor<float, Partial> t;
-    (void)transit<Replicated>(t, {});
+    (void)apply_transition<Replicated>(t, {});
   } else if (name == "moved_from") {
     auto a = Tensor<float, Replicated>::ones(comm, {3, 4});
     auto b = std::move(a);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The faults suite: runs each case of fault_cases.cpp under mpirun with a
-short watchdog deadline and checks that the job ends with a non-zero exit and
-a clear message within the deadline plus 5 s, instead of hanging.
+short watchdog deadline and checks that the job ends with a non-zero exit (the
+exact one where mpirun's is known: a killed rank) and a clear message within
+the deadline plus 5 s, instead of hanging.
 
     run_faults.py FAULT_CASES_EXE MPIRUN [MPIRUN_ARGS...]
 
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import time
 
-# case -> (ranks, a pattern the job's output must contain)
+# case -> (ranks, a pattern the job's output must contain[, the exact exit code])
 CASES = {
     # The peers wait in the agreement; rank 1 waits in MPI_Finalize: watchdogs.
     "early_return": (3, r"watchdog: .*(MPI_Allreduce \(the cross-rank agreement|MPI_Finalize)"),
@@ -23,9 +24,11 @@ CASES = {
     # mismatch is reported, then the ranks are out of step until a watchdog.
     "backward_on_one_rank": (3, r"watchdog: |do not agree|differ"),
     "check_level_differs": (3, r"watchdog: "),
-    # Open MPI ends the job when a rank dies or leaves without MPI_Finalize.
-    "sigkill": (3, r"(?i)signal|killed|exited|aborted|terminated"),
-    "exit_without_finalize": (3, r"(?i)finalize|exited|aborted|terminated"),
+    # Open MPI (4.1) ends the job when a rank dies or leaves without
+    # MPI_Finalize, naming that rank; a rank killed by signal 9 makes mpirun
+    # exit 137 (128 + 9), one that leaves without finalizing exit 1.
+    "sigkill": (3, r"mpirun noticed that process rank 1 with PID \d+ on node \S+ exited on signal 9 \(Killed\)", 137),
+    "exit_without_finalize": (3, r"mpirun has exited due to process rank 1 with PID \d+ on\s+node \S+ exiting improperly", 1),
     "unwinding": (3, r"an exception propagates; aborting the job"),
 }
 
@@ -54,7 +57,7 @@ def main():
     only = [c for c in os.environ.get("SHARDEX_FAULT_CASES", "").split(",") if c]
     env = dict(os.environ, SHARDEX_TIMEOUT=str(deadline))
     failed = []
-    for name, (ranks, pattern) in CASES.items():
+    for name, (ranks, pattern, *exact) in CASES.items():
         if only and name not in only:
             continue
         cmd = [mpirun] + mpirun_args + ["-n", str(ranks), exe, name]
@@ -71,6 +74,8 @@ def main():
             problems.append(f"still running after {deadline + 60:.0f} s: it hangs")
         elif rc == 0:
             problems.append("exit code 0: the fault went unnoticed")
+        elif exact and rc != exact[0]:
+            problems.append(f"exit code {rc}, not {exact[0]}")
         if took > deadline + 5:
             problems.append(f"took {took:.1f} s, more than the deadline ({deadline:g} s) plus 5 s")
         if not re.search(pattern, out):

@@ -16,7 +16,9 @@
    widening of them to float32; shardex loads both as float and as double
    on 2 ranks and compares the bits.
 Needs a Python with NumPy: this one, or /usr/bin/python3; exits 77 (SKIP)
-saying so where there is none.
+saying so where there is none. The parts that need the safetensors package or
+torch print "SKIP (part) ..." with the reason where those are not installed
+(Debian 12 packages neither); the NumPy parts run either way.
 """
 import json
 import os
@@ -92,7 +94,8 @@ def main():
             assert np.array_equal(lib["a"], a_expected) and np.array_equal(lib["b"], b_expected)
             print("safetensors.numpy.load_file: the same")
         else:
-            print("safetensors package not installed: read with the NumPy reader only")
+            print(f"SKIP (part) safetensors.numpy.load_file: the safetensors package is not installed for {sys.executable}"
+                  " (pip install safetensors); read with the NumPy reader only")
         # 2. Python -> shardex
         path = os.path.join(d, "from_python.safetensors")
         i, j, k = np.meshgrid(np.arange(2), np.arange(3), np.arange(4), indexing="ij")
@@ -102,7 +105,8 @@ def main():
             print("written by safetensors.numpy.save_file")
         else:
             numpy_write(path, tensors)
-            print("written by the NumPy writer (safetensors package not installed)")
+            print("SKIP (part) safetensors.numpy.save_file: the safetensors package is not installed;"
+                  " written by the NumPy writer of the format instead")
         subprocess.run([mpirun] + mpirun_args + ["-n", "3", exe, "read", path], check=True)
         narrowing(d, exe, mpirun, mpirun_args)
         widening(d, exe, mpirun, mpirun_args)
@@ -129,7 +133,7 @@ def narrowing(d, exe, mpirun, mpirun_args):
         assert np.array_equal(got["v32_bf16"], expected), "float32 -> BF16 differs from PyTorch"
         print("BF16: shardex's rounding of float32 is PyTorch's, bit for bit")
     else:
-        print("BF16 not compared: torch not installed")
+        print(f"SKIP (part) BF16 against PyTorch's rounding: torch is not installed for {sys.executable}")
 
 
 def widening(d, exe, mpirun, mpirun_args):

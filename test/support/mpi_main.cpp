@@ -90,9 +90,12 @@ int main(int argc, char** argv) {
   std::ostringstream list;     // the failing ranks, on rank 0
   shardex::mpi::print_in_rank_order(comm, rc != 0 ? std::to_string(rank) + " " : std::string(), list);
   if (rank == 0) {
+    // Cases skipped at this world size (doctest::skip, support/dist.hpp's
+    // launched_ranks) or left out by a filter are said, not counted as passed.
+    const std::int64_t not_run = static_cast<std::int64_t>(g_stats.numTestCases) - g_stats.numTestCasesPassingFilters;
     std::cout << "[shardex] " << size << (size == 1 ? " rank" : " ranks") << ": test cases " << totals[0] / size
-              << " per rank, " << totals[1] << " failed over all ranks; assertions " << totals[2] << " (" << totals[3]
-              << " failed)";
+              << " per rank" << (not_run > 0 ? " (" + std::to_string(not_run) + " skipped)" : std::string()) << ", "
+              << totals[1] << " failed over all ranks; assertions " << totals[2] << " (" << totals[3] << " failed)";
     if (totals[4] > 0) {
       std::string ranks = list.str();
       if (!ranks.empty() && ranks.back() == ' ') ranks.pop_back();

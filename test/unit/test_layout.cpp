@@ -36,7 +36,8 @@ using S1 = Sharded<1, L1234>;
 using S0 = Sharded<0, lengths<4, 3, 2, 1>>;
 template <class F, class T>
 constexpr bool adjoint_is = std::same_as<adjoint_t<F, T>, transition<dual_t<T>, dual_t<F>>>&& adjoint_t<F, T>::exists;
-// The six operations of DESIGN.md section 2, each with the adjoint it must have.
+// The six operations of the contract (docs/concepts/transitions.md), each
+// with the adjoint it must have.
 static_assert(std::same_as<adjoint_t<S1, Replicated>, transition<Partial, S1>>);  // all_gather <-> reduce_scatter
 static_assert(std::same_as<adjoint_t<Partial, S1>, transition<S1, Replicated>>);  // reduce_scatter <-> all_gather
 static_assert(std::same_as<adjoint_t<Partial, Replicated>, transition<Partial, Replicated>>);  // all_reduce

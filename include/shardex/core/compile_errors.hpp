@@ -192,7 +192,7 @@
   "redistribute<L>(expr), or declare the tensor with auto"
 #define SHARDEX_ERR_TENSOR_EXPR_TYPE "shardex::Tensor<T, L>: the expression has another element type (float vs double)"
 // ---- shardex/transition/table.hpp ----------------------------------------------------
-#define SHARDEX_ERR_TRANSIT_NO_ENTRY                                                                     \
-  "shardex::transit<To>(x): no single transition connects x's layout to To (see transition/table.hpp); " \
+#define SHARDEX_ERR_TRANSITION_NO_ENTRY                                                                           \
+  "shardex::apply_transition<To>(x): no single transition connects x's layout to To (see transition/table.hpp); " \
   "go through an intermediate layout, e.g. all_gather then slice"
 #define SHARDEX_ERR_ADJOINT_MISSING "shardex: a transition whose adjoint is missing from the table (a bug in shardex)"

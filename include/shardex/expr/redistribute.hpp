@@ -197,7 +197,7 @@ auto walk_chain(const Redistribute<E, To>& r, Step& step) {
 
 /// Evaluation's steps: the source is evaluated (and the lengths inside a
 /// chain, which the simplification removes, are agreed on), each step is the
-/// table entry run by transit.
+/// table entry run by apply_transition.
 struct Runner {
   template <class R>
   auto source(const R& r) {
@@ -211,7 +211,7 @@ struct Runner {
   }
   template <LayoutTag B, class X>
   auto go(const X& x, const layout_mapping<B>& to, Strategy s) {
-    return transit<B>(x, to, s);
+    return apply_transition<B>(x, to, s);
   }
 };
 
@@ -274,7 +274,7 @@ auto dynamic_slice(const X& x, layout_mapping<To> to = lengths_from_type<To>()) 
   return slice<To>(x, std::move(to));
 }
 
-/// `Sharded<C>` -> `Sharded<S>`, C != S: the uneven all-to-all of DESIGN.md section 2.
+/// `Sharded<C>` -> `Sharded<S>`, C != S: the uneven all-to-all (docs/concepts/transitions.md).
 /// The target's lengths: none for static ones, `{3, 0, 5, 2}` or a vector for dynamic ones.
 template <ShardedLayout To, TensorExpr X, StrategyLike S = Strategy>
 auto all_to_all(const X& x, layout_mapping<To> to = lengths_from_type<To>(), S s = Strategy::automatic) {

@@ -74,7 +74,7 @@ struct Sharded {
   static_assert(D >= 0, SHARDEX_ERR_SHARDED_NEGATIVE_DIM);
   ///@{
   /// The `LayoutTag` queries (see Invariant): a slice on each rank, no pending
-  /// sum; `dim` and `shard_dim()` are D, `lengths_type` is Lengths and
+  /// sum; `dim` is D, `lengths_type` is Lengths and
   /// `has_static_lengths` tells whether Lengths is `lengths<...>`.
   static constexpr LayoutKind kind = LayoutKind::sharded;
   static constexpr int dim = D;
@@ -82,7 +82,6 @@ struct Sharded {
   static constexpr bool has_static_lengths = is_static_lengths_v<Lengths>;
   static constexpr bool is_always_whole() noexcept { return false; }
   static constexpr bool needs_reduction() noexcept { return false; }
-  static constexpr int shard_dim() noexcept { return D; }
   ///@}
 };
 
@@ -106,7 +105,8 @@ concept LayoutTag =
 template <class L>
 concept ShardedLayout = is_sharded_v<L>;
 
-/// The layout of the gradient of a tensor of layout L (DESIGN.md section 1).
+/// The layout of the gradient of a tensor of layout L: R and P swap, I and
+/// S(d) stay (docs/concepts/layouts.md).
 template <LayoutTag L>
 struct dual {
   /// Invariant and Sharded are their own duals.
@@ -129,7 +129,8 @@ struct dual<Partial> {
 template <LayoutTag L>
 using dual_t = typename dual<L>::type;
 
-/// The notation of DESIGN/STYLE: "I", "R", "P(sum)", "S(1)[1,2,3,4]" or "S(1)[dyn]".
+/// The notation of the docs and of every message: "I", "R", "P(sum)",
+/// "S(1)[1,2,3,4]" or "S(1)[dyn]" (docs/concepts/layouts.md).
 template <LayoutTag L>
 std::string layout_name() {
   if constexpr (std::same_as<L, Invariant>)

@@ -80,19 +80,19 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
   const bool direct = outer == 1;  // pieces are contiguous in `out`
 
   if (s == Strategy::padded) {
-    const std::int64_t mx = max_of(lens), block = outer * mx * inner;
+    const std::int64_t longest = max_of(lens), block = outer * longest * inner;
     if (block == 0) return;
-    const bool even = mx * n == N;
+    const bool even = longest * n == N;
     if (direct && even) {  // an ordinary all-gather: straight into `out`
       comm.all_gather(local, out, block);
       return;
     }
     auto send = Dev::template allocate_uninitialized<T>(block);
-    Dev::copy(local, DimView{outer, mine, inner}.all(), send.get(), DimView{outer, mx, inner}.rows(0, mine));
+    Dev::copy(local, DimView{outer, mine, inner}.all(), send.get(), DimView{outer, longest, inner}.rows(0, mine));
     auto recv = Dev::template allocate_uninitialized<T>(block * n);
     comm.all_gather(send.get(), recv.get(), block);
     for (int i = 0; i < n; ++i)
-      Dev::copy(recv.get() + i * block, DimView{outer, mx, inner}.rows(0, lens[static_cast<std::size_t>(i)]), out,
+      Dev::copy(recv.get() + i * block, DimView{outer, longest, inner}.rows(0, lens[static_cast<std::size_t>(i)]), out,
                 full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
     return;
   }
@@ -111,27 +111,30 @@ void all_gather(Strategy s, const Comm& comm, const T* local, T* out, const DimV
       return;
     }
   }
-  const detail::RankMajor rm(lens, outer * inner);
+  const detail::RankMajor rank_major(lens, outer * inner);
   std::shared_ptr<T[]> stage;
   T* dst = out;  // rank-major pieces: `out` itself when direct
   if (!direct) {
-    stage = Dev::template allocate_uninitialized<T>(rm.total);
+    stage = Dev::template allocate_uninitialized<T>(rank_major.total);
     dst = stage.get();
   }
   if (s == Strategy::v_collective) {
     if constexpr (Comm::has_v_collectives)
-      comm.all_gather_v(local, rm.counts[static_cast<std::size_t>(me)], dst, rm.counts, rm.displs);
+      comm.all_gather_v(local, rank_major.counts[static_cast<std::size_t>(me)], dst, rank_major.counts,
+                        rank_major.displs);
   } else {  // per_root: one broadcast per root, grouped
-    copy_elements<Dev>(local, dst + rm.displs[static_cast<std::size_t>(me)], rm.counts[static_cast<std::size_t>(me)]);
+    copy_elements<Dev>(local, dst + rank_major.displs[static_cast<std::size_t>(me)],
+                       rank_major.counts[static_cast<std::size_t>(me)]);
     auto g = comm.group();
     for (int i = 0; i < n; ++i)
-      if (rm.counts[static_cast<std::size_t>(i)] > 0)
-        g.broadcast(dst + rm.displs[static_cast<std::size_t>(i)], rm.counts[static_cast<std::size_t>(i)], i);
+      if (rank_major.counts[static_cast<std::size_t>(i)] > 0)
+        g.broadcast(dst + rank_major.displs[static_cast<std::size_t>(i)],
+                    rank_major.counts[static_cast<std::size_t>(i)], i);
     g.end();
   }
   if (!direct)
     for (int i = 0; i < n; ++i)
-      Dev::copy(dst + rm.displs[static_cast<std::size_t>(i)],
+      Dev::copy(dst + rank_major.displs[static_cast<std::size_t>(i)],
                 DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all(), out,
                 full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]));
 }

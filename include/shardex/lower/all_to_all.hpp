@@ -31,8 +31,8 @@ inline std::int64_t all_to_all_sent_bytes(Strategy s, int n, int me, const Shape
   }
   const std::int64_t all = x_shape.numel() * elem;
   if (s == Strategy::v_collective && has_v) return all;
-  const DimView xs = DimView::of(x_shape, dim_s);  // send_recv: the own piece is copied, not sent
-  return all - xs.outer * lens_s[static_cast<std::size_t>(me)] * xs.inner * elem;
+  const DimView send_view = DimView::of(x_shape, dim_s);  // send_recv: the own piece is copied, not sent
+  return all - send_view.outer * lens_s[static_cast<std::size_t>(me)] * send_view.inner * elem;
 }
 
 /// From `x`, this rank's slice along `dim_c` (lengths lens_c), to `y`, its
@@ -42,22 +42,22 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
                 int dim_s, std::span<const std::int64_t> lens_c, std::span<const std::int64_t> lens_s) {
   const int n = comm.size();
   const auto us = [](int i) { return static_cast<std::size_t>(i); };
-  const DimView xs = DimView::of(x_shape, dim_s);  // pieces to send: (outer, lens_s[i], inner) blocks of x
-  const DimView yc = DimView::of(y_shape, dim_c);  // pieces received: (outer, lens_c[j], inner) blocks of y
+  const DimView send_view = DimView::of(x_shape, dim_s);  // pieces to send: (outer, lens_s[i], inner) blocks of x
+  const DimView recv_view = DimView::of(y_shape, dim_c);  // pieces received: (outer, lens_c[j], inner) blocks of y
   const auto offs_s = offsets_of(lens_s);
   const auto offs_c = offsets_of(lens_c);
-  const detail::RankMajor send(lens_s, xs.outer * xs.inner);
-  const detail::RankMajor recv(lens_c, yc.outer * yc.inner);
+  const detail::RankMajor send(lens_s, send_view.outer * send_view.inner);
+  const detail::RankMajor recv(lens_c, recv_view.outer * recv_view.inner);
 
   const auto pack = [&](T* dst, std::span<const std::int64_t> displs) {
     for (int i = 0; i < n; ++i)
-      Dev::copy(x, xs.rows(offs_s[us(i)], lens_s[us(i)]), dst + displs[us(i)],
-                DimView{xs.outer, lens_s[us(i)], xs.inner}.all());
+      Dev::copy(x, send_view.rows(offs_s[us(i)], lens_s[us(i)]), dst + displs[us(i)],
+                DimView{send_view.outer, lens_s[us(i)], send_view.inner}.all());
   };
   const auto unpack = [&](const T* src, std::span<const std::int64_t> displs) {
     for (int j = 0; j < n; ++j)
-      Dev::copy(src + displs[us(j)], DimView{yc.outer, lens_c[us(j)], yc.inner}.all(), y,
-                yc.rows(offs_c[us(j)], lens_c[us(j)]));
+      Dev::copy(src + displs[us(j)], DimView{recv_view.outer, lens_c[us(j)], recv_view.inner}.all(), y,
+                recv_view.rows(offs_c[us(j)], lens_c[us(j)]));
   };
 
   if (s == Strategy::padded) {
@@ -92,8 +92,8 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
       std::shared_ptr<T[]> packed;
       const T* from_ptr = x;
       std::vector<StridedBlock> to(us(n)), from(us(n));
-      const bool pack_sends =
-          xs.outer != 1 && send.total * static_cast<std::int64_t>(sizeof(T)) < CostModel{}.mpi_pack_strided_sends_below;
+      const bool pack_sends = send_view.outer != 1 && send.total * static_cast<std::int64_t>(sizeof(T)) <
+                                                          CostModel{}.mpi_pack_strided_sends_below;
       if (pack_sends) {
         packed = Dev::template allocate_uninitialized<T>(send.total);
         pack(packed.get(), send.displs);
@@ -101,8 +101,10 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
       }
       for (int i = 0; i < n; ++i) {
         to[us(i)] = pack_sends ? StridedBlock::contiguous(send.displs[us(i)], send.counts[us(i)])
-                               : StridedBlock::of(xs.outer, xs.extent, xs.inner, offs_s[us(i)], lens_s[us(i)]);
-        from[us(i)] = StridedBlock::of(yc.outer, yc.extent, yc.inner, offs_c[us(i)], lens_c[us(i)]);
+                               : StridedBlock::of(send_view.outer, send_view.extent, send_view.inner, offs_s[us(i)],
+                                                  lens_s[us(i)]);
+        from[us(i)] =
+            StridedBlock::of(recv_view.outer, recv_view.extent, recv_view.inner, offs_c[us(i)], lens_c[us(i)]);
       }
       comm.exchange_blocks(from_ptr, std::span<const StridedBlock>(to), y, std::span<const StridedBlock>(from));
       return;
@@ -111,25 +113,25 @@ void all_to_all(Strategy s, const Comm& comm, const T* x, const Shape& x_shape, 
   std::shared_ptr<T[]> sstage, rstage;
   const T* sptr = x;  // pieces contiguous in x when the S dim is outermost
   T* rptr = y;        // and in y when the C dim is outermost
-  if (xs.outer != 1) {
+  if (send_view.outer != 1) {
     sstage = Dev::template allocate_uninitialized<T>(send.total);
     pack(sstage.get(), send.displs);
     sptr = sstage.get();
   }
-  if (yc.outer != 1) {
+  if (recv_view.outer != 1) {
     rstage = Dev::template allocate_uninitialized<T>(recv.total);
     rptr = rstage.get();
   }
   // Displacements into x / y themselves when no staging is used.
   std::vector<std::int64_t> sdispls = send.displs, rdispls = recv.displs;
-  if (xs.outer == 1)
-    for (int i = 0; i < n; ++i) sdispls[us(i)] = offs_s[us(i)] * xs.inner;
-  if (yc.outer == 1)
-    for (int j = 0; j < n; ++j) rdispls[us(j)] = offs_c[us(j)] * yc.inner;
+  if (send_view.outer == 1)
+    for (int i = 0; i < n; ++i) sdispls[us(i)] = offs_s[us(i)] * send_view.inner;
+  if (recv_view.outer == 1)
+    for (int j = 0; j < n; ++j) rdispls[us(j)] = offs_c[us(j)] * recv_view.inner;
 
   // send_recv (v_collective returned above).
   detail::exchange_send_recv<Dev>(comm, sptr, send.counts, sdispls, rptr, recv.counts, rdispls);
-  if (yc.outer != 1) unpack(rptr, recv.displs);
+  if (recv_view.outer != 1) unpack(rptr, recv.displs);
 }
 
 }  // namespace shardex::lower

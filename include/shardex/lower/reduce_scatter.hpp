@@ -34,40 +34,41 @@ void reduce_scatter(Strategy s, const Comm& comm, const T* in, T* out, const Dim
   const bool direct = outer == 1;  // pieces are contiguous in `in`
 
   if (s == Strategy::padded) {
-    const std::int64_t mx = max_of(lens), block = outer * mx * inner;
+    const std::int64_t longest = max_of(lens), block = outer * longest * inner;
     if (block == 0) return;
-    if (direct && mx * n == N) {  // an ordinary reduce-scatter, straight from `in`
+    if (direct && longest * n == N) {  // an ordinary reduce-scatter, straight from `in`
       comm.reduce_scatter(in, out, block);
       return;
     }
     auto send = Dev::template allocate_uninitialized<T>(block * n);
     for (int i = 0; i < n; ++i)
       Dev::copy(in, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]),
-                send.get() + i * block, DimView{outer, mx, inner}.rows(0, lens[static_cast<std::size_t>(i)]));
+                send.get() + i * block, DimView{outer, longest, inner}.rows(0, lens[static_cast<std::size_t>(i)]));
     auto recv = Dev::template allocate_uninitialized<T>(block);
     comm.reduce_scatter(send.get(), recv.get(), block);
-    Dev::copy(recv.get(), DimView{outer, mx, inner}.rows(0, mine), out, DimView{outer, mine, inner}.all());
+    Dev::copy(recv.get(), DimView{outer, longest, inner}.rows(0, mine), out, DimView{outer, mine, inner}.all());
     return;
   }
 
-  const detail::RankMajor rm(lens, outer * inner);
+  const detail::RankMajor rank_major(lens, outer * inner);
   std::shared_ptr<T[]> stage;
   const T* src = in;  // rank-major pieces: `in` itself when direct
   if (!direct) {
-    stage = Dev::template allocate_uninitialized<T>(rm.total);
+    stage = Dev::template allocate_uninitialized<T>(rank_major.total);
     for (int i = 0; i < n; ++i)
       Dev::copy(in, full.rows(offs[static_cast<std::size_t>(i)], lens[static_cast<std::size_t>(i)]),
-                stage.get() + rm.displs[static_cast<std::size_t>(i)],
+                stage.get() + rank_major.displs[static_cast<std::size_t>(i)],
                 DimView{outer, lens[static_cast<std::size_t>(i)], inner}.all());
     src = stage.get();
   }
   if (s == Strategy::v_collective) {
-    if constexpr (Comm::has_v_collectives) comm.reduce_scatter_v(src, out, rm.counts);
+    if constexpr (Comm::has_v_collectives) comm.reduce_scatter_v(src, out, rank_major.counts);
   } else {  // per_root: one reduce per root, grouped
     auto g = comm.group();
     for (int i = 0; i < n; ++i)
-      if (rm.counts[static_cast<std::size_t>(i)] > 0)
-        g.reduce(src + rm.displs[static_cast<std::size_t>(i)], out, rm.counts[static_cast<std::size_t>(i)], i);
+      if (rank_major.counts[static_cast<std::size_t>(i)] > 0)
+        g.reduce(src + rank_major.displs[static_cast<std::size_t>(i)], out,
+                 rank_major.counts[static_cast<std::size_t>(i)], i);
     g.end();
   }
 }

@@ -20,11 +20,12 @@ namespace shardex::lower {
 inline std::int64_t reshard_sent_bytes(Strategy s, int me, const Shape& global, int dim,
                                        std::span<const std::int64_t> old_lens, std::span<const std::int64_t> new_lens,
                                        std::int64_t elem, bool has_v) {
-  const auto a = offsets_of(old_lens), c = offsets_of(new_lens);
+  const auto old_offs = offsets_of(old_lens), new_offs = offsets_of(new_lens);
   const auto m = static_cast<std::size_t>(me);
   const std::int64_t row = global.outer(dim) * global.inner(dim) * elem;
   if (s == Strategy::v_collective && has_v) return old_lens[m] * row;
-  const std::int64_t kept = std::max<std::int64_t>(0, std::min(a[m + 1], c[m + 1]) - std::max(a[m], c[m]));
+  const std::int64_t kept =
+      std::max<std::int64_t>(0, std::min(old_offs[m + 1], new_offs[m + 1]) - std::max(old_offs[m], new_offs[m]));
   return (old_lens[m] - kept) * row;
 }
 
@@ -35,12 +36,13 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
              std::span<const std::int64_t> old_lens, std::span<const std::int64_t> new_lens) {
   const int n = comm.size(), me = comm.rank();
   const auto us = [](int i) { return static_cast<std::size_t>(i); };
-  const auto a = offsets_of(old_lens), c = offsets_of(new_lens);
+  const auto old_offs = offsets_of(old_lens), new_offs = offsets_of(new_lens);
   const std::int64_t outer = global.outer(dim), inner = global.inner(dim);
   const std::int64_t mine_old = old_lens[us(me)], mine_new = new_lens[us(me)];
   // Overlap of old interval of rank p with new interval of rank q: [lo, hi).
   const auto overlap = [&](int p, int q) {
-    const std::int64_t lo = std::max(a[us(p)], c[us(q)]), hi = std::min(a[us(p) + 1], c[us(q) + 1]);
+    const std::int64_t lo = std::max(old_offs[us(p)], new_offs[us(q)]),
+                       hi = std::min(old_offs[us(p) + 1], new_offs[us(q) + 1]);
     return std::pair{lo, std::max(hi, lo)};
   };
   std::vector<std::int64_t> scount(us(n)), sdispl(us(n)), rcount(us(n)), rdispl(us(n));
@@ -66,9 +68,9 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
       std::vector<StridedBlock> to(us(n)), from(us(n));
       for (int i = 0; i < n; ++i) {
         const auto [slo, shi] = overlap(me, i);
-        to[us(i)] = StridedBlock::of(outer, mine_old, inner, slo - a[us(me)], shi - slo);
+        to[us(i)] = StridedBlock::of(outer, mine_old, inner, slo - old_offs[us(me)], shi - slo);
         const auto [rlo, rhi] = overlap(i, me);
-        from[us(i)] = StridedBlock::of(outer, mine_new, inner, rlo - c[us(me)], rhi - rlo);
+        from[us(i)] = StridedBlock::of(outer, mine_new, inner, rlo - new_offs[us(me)], rhi - rlo);
       }
       comm.exchange_blocks(x, std::span<const StridedBlock>(to), y, std::span<const StridedBlock>(from));
       return;
@@ -79,15 +81,15 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
   T* rptr = y;
   if (direct) {
     for (int i = 0; i < n; ++i) {
-      sdispl[us(i)] = (overlap(me, i).first - a[us(me)]) * inner;
-      rdispl[us(i)] = (overlap(i, me).first - c[us(me)]) * inner;
+      sdispl[us(i)] = (overlap(me, i).first - old_offs[us(me)]) * inner;
+      rdispl[us(i)] = (overlap(i, me).first - new_offs[us(me)]) * inner;
     }
   } else {
     sbuf = Dev::template allocate_uninitialized<T>(stotal);
     rbuf = Dev::template allocate_uninitialized<T>(rtotal);
     for (int i = 0; i < n; ++i) {
       const auto [lo, hi] = overlap(me, i);
-      Dev::copy(x, DimView{outer, mine_old, inner}.rows(lo - a[us(me)], hi - lo), sbuf.get() + sdispl[us(i)],
+      Dev::copy(x, DimView{outer, mine_old, inner}.rows(lo - old_offs[us(me)], hi - lo), sbuf.get() + sdispl[us(i)],
                 DimView{outer, hi - lo, inner}.all());
     }
     sptr = sbuf.get();
@@ -102,7 +104,7 @@ void reshard(Strategy s, const Comm& comm, const T* x, T* y, const Shape& global
     for (int j = 0; j < n; ++j) {
       const auto [lo, hi] = overlap(j, me);
       Dev::copy(rbuf.get() + rdispl[us(j)], DimView{outer, hi - lo, inner}.all(), y,
-                DimView{outer, mine_new, inner}.rows(lo - c[us(me)], hi - lo));
+                DimView{outer, mine_new, inner}.rows(lo - new_offs[us(me)], hi - lo));
     }
 }
 

@@ -129,16 +129,6 @@ inline constexpr bool partial_on_an_axis = hana::unpack(Ls::types, [](auto... t)
   return (std::same_as<typename decltype(t)::type, Partial> || ...);
 });
 
-/// The axis (index) that shards dim D, or -1.
-template <PerAxisLayouts Ls, int D>
-constexpr int axis_sharding_dim() {
-  int found = -1;
-  hana::for_each(hana::make_range(hana::size_c<0>, hana::size_c<Ls::count>), [&](auto k) {
-    if (detail::dim_of<layout_at_t<Ls, decltype(k)::value>>() == D) found = static_cast<int>(decltype(k)::value);
-  });
-  return found;
-}
-
 /// The per-axis layouts of a local operation's result: `Rule<A_k, B_k, ...>`
 /// on each axis k, where `Rule` is one of rules.hpp's (`rules::matmul`, ...).
 template <template <class...> class Rule, PerAxisLayouts... Operands>

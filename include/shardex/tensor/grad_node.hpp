@@ -30,7 +30,7 @@ public:
   /// The nodes of the tensors this one was computed from (add_input).
   std::vector<std::shared_ptr<Node>> inputs;
   /// Nonzero when this node's backward makes a collective call: what the ranks
-  /// must agree on about it (set by transit), so that backward(loss) agrees on
+  /// must agree on about it (set by apply_transition), so that backward(loss) agrees on
   /// its whole pass at once.
   std::int64_t backward_call = 0;
 

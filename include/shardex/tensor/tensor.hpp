@@ -311,7 +311,7 @@ public:
   /// Whether the data is user memory (view_local) rather than owned storage.
   [[nodiscard]] bool is_view() const noexcept { return storage_ == nullptr && data_ != nullptr; }
   /// Whether this handle is the only owner of its storage (no copy, view or
-  /// relabelled tensor shares it), so that writing it in place is unseen.
+  /// reinterpreted tensor shares it), so that writing it in place is unseen.
   [[nodiscard]] bool owns_storage_alone() const noexcept { return storage_ != nullptr && storage_.use_count() == 1; }
 
   /// The lengths of a sharded layout (one per rank).
@@ -360,7 +360,7 @@ public:
   /// Reinterpret the same local data under another layout with the same
   /// mapping type (used by transitions whose local data does not change).
   template <LayoutTag L2>
-  [[nodiscard]] Tensor<T, L2, Device> relabel(layout_mapping<L2> m = {}) const {
+  [[nodiscard]] Tensor<T, L2, Device> reinterpret_as(layout_mapping<L2> m = {}) const {
     return Tensor<T, L2, Device>::adopt(comm_, global_, std::move(m), storage_, data_);
   }
 
@@ -423,7 +423,7 @@ public:
     return *this;
   }
 
-  /// Internal: a tensor over existing storage (used by transitions and relabel).
+  /// Internal: a tensor over existing storage (used by transitions and reinterpret_as).
   static Tensor adopt(const communicator_type& comm, const Shape& global, mapping_type m, std::shared_ptr<T[]> storage,
                       T* data) {
     Tensor t(comm, global, std::move(m), "shardex::Tensor");

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// @brief The entries of the transition table (see transition.hpp) and
-/// `transit<To>(x)`, the one function that runs any of them.
+/// `apply_transition<To>(x)`, the one function that runs any of them.
 ///
 /// | From -> To                 | name           | lowering                          |
 /// |----------------------------|----------------|-----------------------------------|
@@ -96,11 +96,12 @@ std::int64_t adjoint_signature(const Shape& shape, const layout_mapping<From>& f
 /// after the checks of the target's mapping that planning relies on. Throws
 /// invalid_argument (a bad mapping, a strategy the operation has none of).
 template <class Entry, class T, LayoutTag From, LayoutTag To>
-PlanStep planned(const Shape& g, const layout_mapping<From>& fm, const layout_mapping<To>& tm, Strategy s, Ranks r) {
+PlanStep planned(const Shape& g, const layout_mapping<From>& from_map, const layout_mapping<To>& to_map, Strategy s,
+                 Ranks r) {
   if constexpr (is_sharded_v<To>) {
-    if (std::string err = mapping_problem<To>(tm, g, r.size); !err.empty()) throw invalid_argument(err);
+    if (std::string err = mapping_problem<To>(to_map, g, r.size); !err.empty()) throw invalid_argument(err);
   }
-  return Entry::plan(g, fm, tm, s, r, static_cast<std::int64_t>(sizeof(T)));
+  return Entry::plan(g, from_map, to_map, s, r, static_cast<std::int64_t>(sizeof(T)));
 }
 
 /// The checks every rank can make alone and the step planned from them, then
@@ -108,7 +109,7 @@ PlanStep planned(const Shape& g, const layout_mapping<From>& fm, const layout_ma
 /// rank) the cross-rank agreement of agree.hpp on both. Returns the step,
 /// which the entry then runs as planned.
 template <class Entry, class X, LayoutTag To>
-PlanStep prepare(bool agrees_across_ranks, const X& x, const layout_mapping<To>& to, Strategy s) {
+PlanStep prepare(const X& x, const layout_mapping<To>& to, Strategy s) {
   const char* name = Entry::name;
   if (!x.valid()) x.require_valid((std::string("shardex::") + name).c_str());
   // The call's text is built only for an error message.
@@ -119,10 +120,6 @@ PlanStep prepare(bool agrees_across_ranks, const X& x, const layout_mapping<To>&
     step = planned<Entry, typename X::value_type>(x.shape(), x.mapping(), to, s, ranks_of(x.comm()));
   } catch (const invalid_argument& e) {
     err = call() + ": " + e.what();
-  }
-  if (!agrees_across_ranks) {
-    if (!err.empty()) throw invalid_argument(err);
-    return step;
   }
   Signature sig;
   sig.add(name)
@@ -163,20 +160,20 @@ struct transition<Sharded<D, Ls>, To> {
   static constexpr const char* name = "all_gather";
   static constexpr bool communicates = true;
 
-  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, Ls>>& fm, const layout_mapping<To>&, Strategy s,
-                       Ranks r, std::int64_t elem) {
-    const Strategy lw = resolve_strategy(s, CollectiveOp::all_gather, fm.lengths(), detail::row_bytes(g, D, elem),
-                                         r.has_v, pieces_along(g, D));
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, Ls>>& from_map, const layout_mapping<To>&,
+                       Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy resolved = resolve_strategy(s, CollectiveOp::all_gather, from_map.lengths(),
+                                               detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
     return detail::collective_step_of(
-        name, lw, strategy_name(lw),
-        lower::all_gather_sent_bytes(lw, r.size, r.rank, DimView::of(g, D), fm.lengths(), elem, r.has_v));
+        name, resolved, strategy_name(resolved),
+        lower::all_gather_sent_bytes(resolved, r.size, r.rank, DimView::of(g, D), from_map.lengths(), elem, r.has_v));
   }
 
   template <class T, class Dev>
   static Tensor<T, To, Dev> apply(const Tensor<T, Sharded<D, Ls>, Dev>& x, const layout_mapping<To>& to, Strategy s,
                                   PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());  // every row is received
     lower::all_gather<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), x.lengths());
     return out;
@@ -197,20 +194,20 @@ struct transition<Partial, Sharded<D, Ls>> {
   static constexpr const char* name = "reduce_scatter";
   static constexpr bool communicates = true;
 
-  static PlanStep plan(const Shape& g, const layout_mapping<Partial>&, const layout_mapping<Sharded<D, Ls>>& tm,
+  static PlanStep plan(const Shape& g, const layout_mapping<Partial>&, const layout_mapping<Sharded<D, Ls>>& to_map,
                        Strategy s, Ranks r, std::int64_t elem) {
-    const Strategy lw = resolve_strategy(s, CollectiveOp::reduce_scatter, tm.lengths(), detail::row_bytes(g, D, elem),
-                                         r.has_v, pieces_along(g, D));
+    const Strategy resolved = resolve_strategy(s, CollectiveOp::reduce_scatter, to_map.lengths(),
+                                               detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
     return detail::collective_step_of(
-        name, lw, strategy_name(lw),
-        lower::reduce_scatter_sent_bytes(lw, r.size, DimView::of(g, D), tm.lengths(), elem));
+        name, resolved, strategy_name(resolved),
+        lower::reduce_scatter_sent_bytes(resolved, r.size, DimView::of(g, D), to_map.lengths(), elem));
   }
 
   template <class T, class Dev>
   static Tensor<T, Sharded<D, Ls>, Dev> apply(const Tensor<T, Partial, Dev>& x,
                                               const layout_mapping<Sharded<D, Ls>>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<D, Ls>>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // written whole by the reduction
     lower::reduce_scatter<Dev>(ran.lowering, x.comm(), x.data(), out.data(), DimView::of(x.shape(), D), to.lengths());
     return out;
@@ -241,7 +238,7 @@ struct transition<Partial, To> {
   static Tensor<T, To, Dev> apply(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s,
                                   PlanStep& ran) {
     const auto watched = detail::watch_scope<To>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     // Out of place, straight into the result: no copy of x first.
     auto out = Tensor<T, To, Dev>::empty(x.comm(), x.shape());
     x.comm().all_reduce(static_cast<const T*>(x.data()), out.data(), out.size());
@@ -273,7 +270,7 @@ struct transition<From, Sharded<D, Ls>> {
                                               Strategy s, PlanStep& ran) {
     // No communication, but the lengths must be valid on every rank: the
     // ranks agree on them like a collective's (a bad one throws everywhere).
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, Sharded<D, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // the copy writes it whole
     const DimView v = DimView::of(x.shape(), D);
     Dev::copy(x.data(), v.rows(out.global_offset(), out.local_shape()[D]), out.data(),
@@ -327,20 +324,21 @@ requires(C != S) struct transition<Sharded<C, Lc>, Sharded<S, Ls>> {
   static constexpr const char* name = "all_to_all";
   static constexpr bool communicates = true;
 
-  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<C, Lc>>& fm,
-                       const layout_mapping<Sharded<S, Ls>>& tm, Strategy s, Ranks r, std::int64_t elem) {
-    const Strategy lw = resolve_strategy(s, CollectiveOp::all_to_all, tm.lengths(), detail::row_bytes(g, S, elem),
-                                         r.has_v, pieces_along(g, std::max(C, S)));
-    return detail::collective_step_of(name, lw, strategy_name(lw),
-                                      lower::all_to_all_sent_bytes(lw, r.size, r.rank, local_shape(g, fm, r.rank), C, S,
-                                                                   fm.lengths(), tm.lengths(), elem, r.has_v));
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<C, Lc>>& from_map,
+                       const layout_mapping<Sharded<S, Ls>>& to_map, Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy resolved = resolve_strategy(s, CollectiveOp::all_to_all, to_map.lengths(),
+                                               detail::row_bytes(g, S, elem), r.has_v, pieces_along(g, std::max(C, S)));
+    return detail::collective_step_of(
+        name, resolved, strategy_name(resolved),
+        lower::all_to_all_sent_bytes(resolved, r.size, r.rank, local_shape(g, from_map, r.rank), C, S,
+                                     from_map.lengths(), to_map.lengths(), elem, r.has_v));
   }
 
   template <class T, class Dev>
   static Tensor<T, Sharded<S, Ls>, Dev> apply(const Tensor<T, Sharded<C, Lc>, Dev>& x,
                                               const layout_mapping<Sharded<S, Ls>>& to, Strategy s, PlanStep& ran) {
     const auto watched = detail::watch_scope<Sharded<S, Ls>>(name, x, to);
-    ran = detail::prepare<transition>(true, x, to, s);
+    ran = detail::prepare<transition>(x, to, s);
     auto out = Tensor<T, Sharded<S, Ls>, Dev>::empty(x.comm(), x.shape(), to);  // every piece is received
     lower::all_to_all<Dev>(ran.lowering, x.comm(), x.data(), x.local_shape(), out.data(), out.local_shape(), C, S,
                            x.lengths(), to.lengths());
@@ -371,7 +369,7 @@ struct transition<Invariant, Replicated> {
   static Tensor<T, Replicated, Dev> apply(const Tensor<T, Invariant, Dev>& x, const layout_mapping<Replicated>& to,
                                           Strategy s, PlanStep& ran) {
     ran = plan(x.shape(), x.mapping(), to, s, {}, 0);
-    return x.template relabel<Replicated>();
+    return x.template reinterpret_as<Replicated>();
   }
   ///@}
 };
@@ -390,14 +388,15 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
   static constexpr bool communicates = true;
 
   /// To the same lengths the step moves nothing (`moves` false): it is not run.
-  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, La>>& fm,
-                       const layout_mapping<Sharded<D, Lb>>& tm, Strategy s, Ranks r, std::int64_t elem) {
-    const Strategy lw = resolve_strategy(s, CollectiveOp::reshard, tm.lengths(), detail::row_bytes(g, D, elem), r.has_v,
-                                         pieces_along(g, D));
-    const bool moves = !std::ranges::equal(fm.lengths(), tm.lengths());
+  static PlanStep plan(const Shape& g, const layout_mapping<Sharded<D, La>>& from_map,
+                       const layout_mapping<Sharded<D, Lb>>& to_map, Strategy s, Ranks r, std::int64_t elem) {
+    const Strategy resolved = resolve_strategy(s, CollectiveOp::reshard, to_map.lengths(),
+                                               detail::row_bytes(g, D, elem), r.has_v, pieces_along(g, D));
+    const bool moves = !std::ranges::equal(from_map.lengths(), to_map.lengths());
     PlanStep step = detail::collective_step_of(
-        name, lw, strategy_name(lw),
-        moves ? lower::reshard_sent_bytes(lw, r.rank, g, D, fm.lengths(), tm.lengths(), elem, r.has_v) : 0);
+        name, resolved, strategy_name(resolved),
+        moves ? lower::reshard_sent_bytes(resolved, r.rank, g, D, from_map.lengths(), to_map.lengths(), elem, r.has_v)
+              : 0);
     step.moves = moves;
     return step;
   }
@@ -413,8 +412,8 @@ struct transition<Sharded<D, La>, Sharded<D, Lb>> {
       // Agree first: a rank whose lengths already match must not return while
       // a peer (with other lengths, a bug to report) waits in the exchange.
       const auto watched = detail::watch_scope<Sharded<D, Lb>>(name, x, to);
-      ran = detail::prepare<transition>(true, x, to, s);
-      if (!ran.moves) return x.template relabel<Sharded<D, Lb>>(to);
+      ran = detail::prepare<transition>(x, to, s);
+      if (!ran.moves) return x.template reinterpret_as<Sharded<D, Lb>>(to);
       auto out = Tensor<T, Sharded<D, Lb>, Dev>::empty(x.comm(), x.shape(), to);  // every new row arrives
       lower::reshard<Dev>(ran.lowering, x.comm(), x.data(), out.data(), x.shape(), D, x.lengths(), to.lengths());
       return out;
@@ -455,9 +454,9 @@ requires(!is_sharded_v<L>) struct transition<L, L> {
 /// If x is differentiable, the result records the backward rule, which is the
 /// entry `adjoint_t<From, To>` of the same table, run with the same strategy.
 template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
-Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {},
-                           Strategy s = Strategy::automatic) {
-  static_assert(has_transition_v<From, To>, SHARDEX_ERR_TRANSIT_NO_ENTRY);
+Tensor<T, To, Dev> apply_transition(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {},
+                                    Strategy s = Strategy::automatic) {
+  static_assert(has_transition_v<From, To>, SHARDEX_ERR_TRANSITION_NO_ENTRY);
   using entry = transition<From, To>;
   trace::Span span(entry::communicates ? "collective" : "local", entry::name);
   PlanStep ran;
@@ -491,26 +490,28 @@ Tensor<T, To, Dev> transit(const Tensor<T, From, Dev>& x, const layout_mapping<T
 // docs/performance.md, "Compile time".)
 
 /// X(T, From, To) for every host entry with dynamic lengths along dims 0-3.
-#define SHARDEX_HOST_TRANSITIONS_ALONG(X, T, D)                                                                  \
-  X(T, Sharded<D>, Replicated)                                                                                   \
-  X(T, Sharded<D>, Invariant) X(T, Partial, Sharded<D>) X(T, Replicated, Sharded<D>) X(T, Invariant, Sharded<D>) \
-      X(T, Sharded<D>, Partial) X(T, Sharded<D>, Sharded<D>)
+#define SHARDEX_HOST_TRANSITIONS_ALONG(X, T, D)                                                                \
+  X(T, Sharded<D>, Replicated)                                                                                 \
+  X(T, Sharded<D>, Invariant)                                                                                  \
+  X(T, Partial, Sharded<D>) X(T, Replicated, Sharded<D>) X(T, Invariant, Sharded<D>) X(T, Sharded<D>, Partial) \
+      X(T, Sharded<D>, Sharded<D>)
 #define SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, C, S1, S2, S3) \
   X(T, Sharded<C>, Sharded<S1>) X(T, Sharded<C>, Sharded<S2>) X(T, Sharded<C>, Sharded<S3>)
-#define SHARDEX_HOST_TRANSITIONS(X, T)                                                                          \
-  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 0)                                                                       \
-  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 1) SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 2)                               \
-      SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 0, 1, 2, 3)                    \
-          SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 1, 0, 2, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 2, 0, 1, 3)         \
-              SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 3, 0, 1, 2) X(T, Partial, Replicated) X(T, Partial, Invariant) \
-                  X(T, Invariant, Replicated) X(T, Invariant, Invariant) X(T, Replicated, Replicated)           \
-                      X(T, Partial, Partial)
+#define SHARDEX_HOST_TRANSITIONS(X, T)                                                                  \
+  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 0)                                                               \
+  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 1)                                                               \
+  SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 2) SHARDEX_HOST_TRANSITIONS_ALONG(X, T, 3)                       \
+      SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 0, 1, 2, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 1, 0, 2, 3)     \
+          SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 2, 0, 1, 3) SHARDEX_HOST_ALL_TO_ALL_FROM(X, T, 3, 0, 1, 2) \
+              X(T, Partial, Replicated) X(T, Partial, Invariant) X(T, Invariant, Replicated)            \
+                  X(T, Invariant, Invariant) X(T, Replicated, Replicated) X(T, Partial, Partial)
 
-#define SHARDEX_TRANSIT_SIGNATURE(T, From, To) \
-  Tensor<T, To, Host> transit<To, T, From, Host>(const Tensor<T, From, Host>&, const layout_mapping<To>&, Strategy);
-#define SHARDEX_EXTERN_TRANSIT(T, From, To) extern template SHARDEX_TRANSIT_SIGNATURE(T, From, To)
+#define SHARDEX_APPLY_TRANSITION_SIGNATURE(T, From, To)                                                            \
+  Tensor<T, To, Host> apply_transition<To, T, From, Host>(const Tensor<T, From, Host>&, const layout_mapping<To>&, \
+                                                          Strategy);
+#define SHARDEX_EXTERN_APPLY_TRANSITION(T, From, To) extern template SHARDEX_APPLY_TRANSITION_SIGNATURE(T, From, To)
 
 namespace shardex {
-SHARDEX_HOST_TRANSITIONS(SHARDEX_EXTERN_TRANSIT, float)
-SHARDEX_HOST_TRANSITIONS(SHARDEX_EXTERN_TRANSIT, double)
+SHARDEX_HOST_TRANSITIONS(SHARDEX_EXTERN_APPLY_TRANSITION, float)
+SHARDEX_HOST_TRANSITIONS(SHARDEX_EXTERN_APPLY_TRANSITION, double)
 }  // namespace shardex

@@ -3,7 +3,7 @@
 /// @brief The table of layout transitions: `transition<From, To>`, one entry
 /// per pair of layouts that one lowering connects, and `adjoint_t`, which finds
 /// the backward of every entry *in the same table*: the backward of
-/// `From -> To` is the transition `dual(To) -> dual(From)` (DESIGN.md section 2).
+/// `From -> To` is the transition `dual(To) -> dual(From)` (docs/concepts/transitions.md).
 /// No entry has a hand-written backward.
 ///
 /// Minimal complete definition of an entry: `exists = true`, `name`,

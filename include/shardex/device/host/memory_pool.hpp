@@ -6,7 +6,7 @@
 /// Why: fresh memory is expensive. A large `malloc` is a fresh `mmap`, whose
 /// pages fault on first touch, and MPI's shared-memory transport handles new
 /// buffers slowly; an in-place MPI_Allreduce of 1 MiB on a just-allocated
-/// buffer measured 10x slower than on a reused one (FACTS.md). A training
+/// buffer measured 10x slower than on a reused one (docs/performance.md). A training
 /// step allocates the same sizes every step, so a cache keyed by size class
 /// makes its allocations after the first step hits.
 ///
