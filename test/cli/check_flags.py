@@ -23,6 +23,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import expect_exit  # noqa: E402  (the exit codes, read from the header)
@@ -74,17 +75,18 @@ def doc_help(text, name):
 
 
 def runner(mpirun):
-    # One rank runs the program alone, as an MPI singleton that starts no server (a third faster).
-    alone = dict(os.environ, OMPI_MCA_ess_singleton_isolated="1")
-
     def run(path, ranks, args):
         cmd = (mpirun + ["-n", str(ranks)] if mpirun and ranks > 1 else []) + [path] + args
-        try:
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
-                               env=None if ranks > 1 else alone)
-            return r.returncode, r.stdout, r.stderr
-        except subprocess.TimeoutExpired:
-            return None, "", "timed out after 120 s (did it start working instead of refusing the flags?)"
+        with tempfile.TemporaryDirectory() as tmp:
+            # One rank runs the program alone, as an Open MPI singleton that starts no server (a third
+            # faster); isolated singletons share one session directory name, so each gets its own base.
+            alone = dict(os.environ, OMPI_MCA_ess_singleton_isolated="1", OMPI_MCA_orte_tmpdir_base=tmp)
+            try:
+                r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                                   env=None if ranks > 1 else alone)
+                return r.returncode, r.stdout, r.stderr
+            except subprocess.TimeoutExpired:
+                return None, "", "timed out after 120 s (did it start working instead of refusing the flags?)"
 
     return run
 
