@@ -32,23 +32,18 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <shardex.hpp>
 
+#include "../examples/support/command_line.hpp"
+
 using namespace shardex;
 
 namespace {
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 /// Rows per rank for a pattern: "even", "zero" (rank 0 holds nothing),
 /// "1:2:3:4" or "1:1:1:13" (weights repeated over the ranks).
@@ -230,353 +225,506 @@ std::string human(std::int64_t bytes) {
   return std::to_string(bytes >> 10) + "K";
 }
 
-}  // namespace
+// ---- the command line and the cases ----
 
-int main(int argc, char** argv) {
-  mpi::Environment env(argc, argv);
-  auto comm = mpi::Communicator::world();
-  const MPI_Comm raw = comm.native();
-  const int n = comm.size(), me = comm.rank();
+struct Options {
   std::int64_t min_kib = 4, max_mib = 64;
   double budget_ms = 400;
   std::vector<std::string> ops = {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "reshard"};
   std::vector<std::string> patterns = {"even", "1:2:3:4", "zero", "1:1:1:13"};
   std::vector<std::string> dims = {"outer", "inner"};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--min-kib")
-      min_kib = std::stoll(v);
-    else if (a == "--max-mib")
-      max_mib = std::stoll(v);
-    else if (a == "--budget-ms")
-      budget_ms = std::stod(v);
-    else if (a == "--ops")
-      ops = split_list(v);
-    else if (a == "--patterns")
-      patterns = split_list(v);
-    else if (a == "--dims")
-      dims = split_list(v);
-    else {
-      if (me == 0) std::cerr << "bench_collectives: unknown flag " << a << "\n";
-      return 2;
-    }
+};
+
+/// A lengths pattern of lengths_for: "even", "zero", or whole weights >= 0
+/// joined by ':' (at least one > 0); an error message, or empty.
+std::string check_pattern(const std::string& s) {
+  if (s == "even" || s == "zero") return {};
+  const auto items = command_line::split(s, ':');
+  bool positive = false;
+  for (const auto& item : items) {
+    const auto w = command_line::read_integer(item);
+    if (!w || *w < 0 || *w > 1'000'000)
+      return "'" + s + "' is not even, zero or weights W:W:... (whole numbers 0..1000000)";
+    positive = positive || *w > 0;
   }
-  const std::int64_t width = 64;  // floats per row of the sharded dim
-  std::vector<std::string> table;
-  for (const auto& op : ops)
-    for (const auto& pattern : patterns)
-      for (const auto& dim : dims) {
+  if (!positive) return "'" + s + "' gives no rank anything: at least one weight must be > 0";
+  return {};
+}
+
+/// Reads the flags into `o`: the code to exit with now (after --help or a bad
+/// flag, printed by rank 0), or nothing to go on.
+std::optional<int> parse_options(int argc, char** argv, int rank, Options& o) {
+  CLI::App app(
+      "bench_collectives: every communicating transition x strategy against the raw MPI call making the same "
+      "movement",
+      "bench_collectives");
+  command_line::configure(app);
+  app.add_option("--min-kib", o.min_kib, "smallest global tensor, in KiB (each next size 4x)")
+      ->transform(command_line::integer(1, 1 << 20));
+  app.add_option("--max-mib", o.max_mib, "largest global tensor, in MiB")->transform(command_line::integer(0, 1024));
+  app.add_option("--budget-ms", o.budget_ms, "time for the repetitions of one case (7 to 101 of them), in ms")
+      ->check(command_line::real(0, false));
+  const auto list = [&](const char* name, std::vector<std::string>& items, const char* help,
+                        const CLI::Validator& each) {
+    app.add_option(name, items, help)
+        ->delimiter(',')
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->check(each);
+  };
+  list("--ops", o.ops, "the transitions measured", CLI::IsMember(o.ops));
+  list("--patterns", o.patterns, "lengths: even, zero (rank 0 holds nothing) or weights W:W:... over the ranks",
+       CLI::Validator(check_pattern, "PATTERN", "PATTERN"));
+  list("--dims", o.dims, "outer: (rows, 64) sharded along rows; inner: (64, rows) along its last dim",
+       CLI::IsMember(o.dims));
+  return command_line::parse(app, argc, argv, rank);
+}
+
+/// One measurement: an op on a lengths pattern and a sharded dim, at a size
+/// (`bytes` of the global float32 tensor).
+struct Case {
+  std::string op, pattern, dim;
+  std::int64_t bytes;
+};
+
+/// Every case of the options, in the order measured: op, pattern, dim, size.
+std::vector<Case> case_list(const Options& o) {
+  std::vector<Case> cases;
+  for (const auto& op : o.ops)
+    for (const auto& pattern : o.patterns)
+      for (const auto& dim : o.dims) {
         // all_reduce has no lengths and no sharded dim: one pattern, one dim.
-        if (op == "all_reduce" && (pattern != patterns.front() || dim != dims.front())) continue;
-        for (std::int64_t bytes = min_kib << 10; bytes <= (max_mib << 20); bytes *= 4) {
-          const std::int64_t rows = bytes / (width * 4);
-          const bool outer = dim == "outer";
-          const Shape shape = outer ? Shape{rows, width} : Shape{width, rows};  // of the Partial input
-          const auto lens = lengths_for(pattern, n, rows);
-          const auto even = lengths_for("even", n, rows);
-          const layout_mapping<Sharded<0>> m0(lens);
-          const layout_mapping<Sharded<1>> m1(lens);
-          std::vector<Variant> vs;
-          std::vector<Strategy> strategies;
-          CollectiveOp cop = CollectiveOp::all_gather;
-          // Buffers of the raw calls, allocated once.
-          std::vector<float> rin, rout, stage;
-          std::vector<int> sc, sd, rc, rd;
-          std::unique_ptr<RawExchange> ex;  // the hand-written movement of strided pieces
-          const auto off = offsets_of(std::span<const std::int64_t>(lens));
-          const auto um = static_cast<std::size_t>(me);
-
-          // (rows, 64) sharded along rows and (64, rows) sharded along its last dim.
-          auto s0 = Tensor<float, Sharded<0>>::ones(comm, {rows, width}, m0);
-          auto s1 = Tensor<float, Sharded<1>>::ones(comm, {width, rows}, m1);
-          Tensor<float, Sharded<1>> a2a_in;
-          auto p = Tensor<float, Partial>::ones(comm, shape);
-          const std::int64_t local = outer ? s0.size() : s1.size();
-          const float* local_data = outer ? s0.data() : s1.data();
-          // Values that differ by rank and position, so that the check below
-          // sees a piece in the wrong place (the timings do not depend on them).
-          const auto fill = [me](auto& t) {
-            for (std::int64_t k = 0; k < t.size(); ++k) t.data()[k] = static_cast<float>((me * 7919 + k) % 4093);
-          };
-          fill(s0), fill(s1), fill(p);
-          // shardex's result of the strided cases, which the hand-written movement must match.
-          std::function<std::vector<float>()> shardex_out;
-          const auto values = [](const auto& t) { return std::vector<float>(t.data(), t.data() + t.size()); };
-
-          if (op == "all_gather") {
-            cop = CollectiveOp::all_gather;
-            strategies = {Strategy::padded, Strategy::per_root, Strategy::v_collective};
-            rout.assign(static_cast<std::size_t>(rows * width), 0.f);
-            rc = counts_of(lens, width);
-            rd = displs_of(rc);
-            vs.push_back({outer ? "raw" : "raw_contiguous", [&] {
-                            MPI_Allgatherv(local_data, static_cast<int>(local), MPI_FLOAT, rout.data(), rc.data(),
-                                           rd.data(), MPI_FLOAT, raw);
-                          }});
-            if (!outer) {  // column blocks of (64, rows): each rank's piece lands strided
-              std::vector<Block> send, recv;
-              for (std::size_t i = 0; i < lens.size(); ++i) {
-                send.push_back({0, width, lens[um], lens[um]});
-                recv.push_back({off[i], width, lens[i], rows});
-              }
-              ex = std::make_unique<RawExchange>(send, recv, true);
-              shardex_out = [&] { return values(transit<Replicated>(s1, {})); };
-            }
-            for (Strategy s : strategies)
-              vs.push_back({strategy_name(s), [&, s] {
-                              if (outer)
-                                (void)transit<Replicated>(s0, {}, s);
-                              else
-                                (void)transit<Replicated>(s1, {}, s);
-                            }});
-          } else if (op == "reduce_scatter") {
-            cop = CollectiveOp::reduce_scatter;
-            strategies = {Strategy::padded, Strategy::per_root, Strategy::v_collective};
-            rc = counts_of(lens, width);
-            rout.assign(static_cast<std::size_t>(std::max(rc[static_cast<std::size_t>(me)], 1)), 0.f);
-            vs.push_back({outer ? "raw" : "raw_contiguous",
-                          [&] { MPI_Reduce_scatter(p.data(), rout.data(), rc.data(), MPI_FLOAT, MPI_SUM, raw); }});
-            if (!outer) {  // pack the column blocks of (64, rows) rank after rank, then reduce-scatter
-              stage.assign(static_cast<std::size_t>(rows * width), 0.f);
-              vs.push_back({"raw_packed", [&] {
-                              for (std::size_t i = 0; i < lens.size(); ++i)
-                                pack(p.data(), {off[i], width, lens[i], rows}, stage.data() + off[i] * width);
-                              MPI_Reduce_scatter(stage.data(), rout.data(), rc.data(), MPI_FLOAT, MPI_SUM, raw);
-                            }});
-              shardex_out = [&] { return values(transit<Sharded<1>>(p, m1)); };
-            }
-            for (Strategy s : strategies)
-              vs.push_back({strategy_name(s), [&, s] {
-                              if (outer)
-                                (void)transit<Sharded<0>>(p, m0, s);
-                              else
-                                (void)transit<Sharded<1>>(p, m1, s);
-                            }});
-          } else if (op == "all_reduce") {
-            rout.assign(static_cast<std::size_t>(rows * width), 0.f);
-            vs.push_back({"raw", [&] {
-                            MPI_Allreduce(p.data(), rout.data(), static_cast<int>(rows * width), MPI_FLOAT, MPI_SUM,
-                                          raw);
-                          }});
-            vs.push_back({"all_reduce", [&] { (void)transit<Replicated>(p, {}); }});
-          } else if (op == "all_to_all") {
-            // A (rows, 64) tensor. "outer": S(1)[even] -> S(0)[pattern], the
-            // pieces sent are contiguous row blocks, those received strided
-            // column blocks; "inner": S(0)[pattern] -> S(1)[even], the reverse.
-            cop = CollectiveOp::all_to_all;
-            strategies = {Strategy::padded, Strategy::send_recv, Strategy::v_collective};
-            const auto cols = lengths_for("even", n, width);
-            for (int i = 0; i < n; ++i) {
-              const auto ui = static_cast<std::size_t>(i), um = static_cast<std::size_t>(me);
-              sc.push_back(static_cast<int>(outer ? lens[ui] * cols[um] : lens[um] * cols[ui]));
-              rc.push_back(static_cast<int>(outer ? lens[um] * cols[ui] : lens[ui] * cols[um]));
-            }
-            sd = displs_of(sc);
-            rd = displs_of(rc);
-            a2a_in =
-                outer ? Tensor<float, Sharded<1>>::ones(comm, {rows, width}, layout_mapping<Sharded<1>>(cols)) : s1;
-            rin.assign(static_cast<std::size_t>(std::max(sd.back() + sc.back(), 1)), 1.f);
-            rout.assign(static_cast<std::size_t>(std::max(rd.back() + rc.back(), 1)), 0.f);
-            vs.push_back({"raw_contiguous", [&] {
-                            MPI_Alltoallv(rin.data(), sc.data(), sd.data(), MPI_FLOAT, rout.data(), rc.data(),
-                                          rd.data(), MPI_FLOAT, raw);
-                          }});
-            // The same movement with its strided side: column blocks received
-            // ("outer") or sent ("inner").
-            const auto coff = offsets_of(std::span<const std::int64_t>(cols));
-            std::vector<Block> send, recv;
-            for (std::size_t i = 0; i < lens.size(); ++i) {
-              const Block rowblock_in{off[i] * cols[um], lens[i], cols[um], cols[um]};
-              if (outer) {
-                send.push_back(rowblock_in);
-                recv.push_back({coff[i], lens[um], cols[i], width});
-              } else {
-                send.push_back({coff[i], lens[um], cols[i], width});
-                recv.push_back(rowblock_in);
-              }
-            }
-            ex = std::make_unique<RawExchange>(send, recv, false);
-            if (outer) fill(a2a_in);
-            local_data = outer ? a2a_in.data() : s0.data();
-            const layout_mapping<Sharded<1>> c1(cols);
-            shardex_out = [&, c1] {
-              return outer ? values(transit<Sharded<0>>(a2a_in, m0)) : values(transit<Sharded<1>>(s0, c1));
-            };
-            for (Strategy s : strategies)
-              vs.push_back({strategy_name(s), [&, s, c1] {
-                              if (outer)
-                                (void)transit<Sharded<0>>(a2a_in, m0, s);
-                              else
-                                (void)transit<Sharded<1>>(s0, c1, s);
-                            }});
-          } else if (op == "reshard") {
-            cop = CollectiveOp::reshard;
-            strategies = {Strategy::send_recv, Strategy::v_collective};
-            const layout_mapping<Sharded<0>> e0(even);
-            const layout_mapping<Sharded<1>> e1(even);
-            // raw: the overlap of my old interval with every rank's new one
-            const auto a = offsets_of(std::span<const std::int64_t>(lens)),
-                       c = offsets_of(std::span<const std::int64_t>(even));
-            const std::int64_t per_row = width;  // elements per index of the sharded dim, either way
-            sc.assign(static_cast<std::size_t>(n), 0);
-            rc.assign(static_cast<std::size_t>(n), 0);
-            for (int i = 0; i < n; ++i) {
-              const auto ov = [&](int p_old, int q_new) {
-                const std::int64_t lo =
-                    std::max(a[static_cast<std::size_t>(p_old)], c[static_cast<std::size_t>(q_new)]);
-                const std::int64_t hi =
-                    std::min(a[static_cast<std::size_t>(p_old) + 1], c[static_cast<std::size_t>(q_new) + 1]);
-                return std::max<std::int64_t>(hi - lo, 0);
-              };
-              sc[static_cast<std::size_t>(i)] = static_cast<int>(ov(me, i) * per_row);
-              rc[static_cast<std::size_t>(i)] = static_cast<int>(ov(i, me) * per_row);
-            }
-            sd = displs_of(sc);
-            rd = displs_of(rc);
-            rout.assign(static_cast<std::size_t>(std::max<std::int64_t>(even[static_cast<std::size_t>(me)] * width, 1)),
-                        0.f);
-            vs.push_back({outer ? "raw" : "raw_contiguous", [&] {
-                            MPI_Alltoallv(local_data, sc.data(), sd.data(), MPI_FLOAT, rout.data(), rc.data(),
-                                          rd.data(), MPI_FLOAT, raw);
-                          }});
-            if (!outer) {  // the columns that change owner, strided on both sides
-              std::vector<Block> send, recv;
-              for (int i = 0; i < n; ++i) {
-                const auto ui = static_cast<std::size_t>(i);
-                const std::int64_t slo = std::max(a[um], c[ui]), shi = std::min(a[um + 1], c[ui + 1]);
-                const std::int64_t rlo = std::max(a[ui], c[um]), rhi = std::min(a[ui + 1], c[um + 1]);
-                send.push_back({shi > slo ? slo - a[um] : 0, width, std::max<std::int64_t>(shi - slo, 0), lens[um]});
-                recv.push_back({rhi > rlo ? rlo - c[um] : 0, width, std::max<std::int64_t>(rhi - rlo, 0), even[um]});
-              }
-              ex = std::make_unique<RawExchange>(send, recv, false);
-              shardex_out = [&, e1] { return values(transit<Sharded<1>>(s1, e1)); };
-            }
-            for (Strategy s : strategies)
-              vs.push_back({strategy_name(s), [&, s, e0, e1] {
-                              if (outer)
-                                (void)transit<Sharded<0>>(s0, e0, s);
-                              else
-                                (void)transit<Sharded<1>>(s1, e1, s);
-                            }});
-          }
-          if (vs.empty()) continue;
-          if (ex) {
-            // The output of the hand-written movement; rout keeps the contiguous call's.
-            stage.assign(static_cast<std::size_t>(std::max<std::int64_t>(rows * width, 1)), 0.f);
-            vs.insert(vs.begin() + 1, {{"raw_typed", [&] { ex->typed(local_data, stage.data(), raw); }},
-                                       {"raw_packed", [&] { ex->packed(local_data, stage.data(), raw); }}});
-          }
-          if (shardex_out) {
-            // The hand-written movement must leave what shardex leaves.
-            const auto want = shardex_out();
-            int bad = 0;
-            for (auto& v : vs)
-              if (v.name == "raw_typed" || v.name == "raw_packed") {
-                std::fill(stage.begin(), stage.end(), -1.f);
-                std::fill(rout.begin(), rout.end(), -1.f);
-                v.run();
-                const auto& got = ex ? stage : rout;
-                bad |= got.size() < want.size() || !std::equal(want.begin(), want.end(), got.begin());
-              }
-            MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, raw);
-            if (bad) {
-              if (me == 0)
-                std::cerr << "bench_collectives: the hand-written " << op << " (" << pattern << ", " << dim << ", "
-                          << bytes << " bytes) does not match shardex's result\n";
-              return 1;
-            }
-          }
-          std::string auto_name = "all_reduce";
-          if (!strategies.empty()) {
-            const std::int64_t row_bytes = width * 4;  // one index along the sharded dim, either way
-            auto_name = strategy_name(choose_strategy(
-                cop, lens, row_bytes, true, outer && op != "all_to_all" ? Pieces::contiguous : Pieces::strided));
-          }
-          // automatic's pick once more without the cross-rank agreement
-          // (CheckLevel::local): what the lowering costs apart from the check.
-          for (const auto& v : vs)
-            if (v.name == auto_name) {
-              vs.push_back({"unchecked", [run = v.run] {
-                              set_check_level(CheckLevel::local);
-                              run();
-                              set_check_level(CheckLevel::communicating);
-                            }});
-              break;
-            }
-          measure(comm, vs, budget_ms);
-          // The reference: the raw call for contiguous pieces; for strided ones
-          // the faster hand-written movement (the contiguous call, which leaves
-          // the pieces where they do not belong, is reported as a lower bound).
-          double raw_us = 0;
-          bool have_raw = false;
-          for (const auto& v : vs)
-            if (v.name == "raw" || v.name == "raw_typed" || v.name == "raw_packed")
-              raw_us = have_raw ? std::min(raw_us, v.median_us) : v.median_us, have_raw = true;
-          if (vs.front().name != "raw") vs.insert(vs.begin(), Variant{"raw", {}, raw_us});
-          const auto is_raw = [](const Variant& v) { return v.name.rfind("raw", 0) == 0 || v.name == "unchecked"; };
-          std::string best;
-          double best_us = 0, auto_us = 0;
-          for (const auto& v : vs) {
-            if (is_raw(v)) continue;
-            if (best.empty() || v.median_us < best_us) best_us = v.median_us, best = v.name;
-            if (v.name == auto_name) auto_us = v.median_us;
-          }
-          if (me == 0) {
-            for (const auto& v : vs)
-              std::cout << "{\"bench\":\"collectives\",\"op\":\"" << op << "\",\"ranks\":" << n << ",\"pattern\":\""
-                        << pattern << "\",\"dim\":\"" << dim << "\",\"bytes\":" << bytes << ",\"variant\":\"" << v.name
-                        << "\",\"median_us\":" << v.median_us << ",\"raw_us\":" << raw_us
-                        << ",\"vs_raw\":" << v.median_us / raw_us << ",\"auto\":\"" << auto_name << "\",\"best\":\""
-                        << best << "\"}" << std::endl;
-            char line[256];
-            std::snprintf(line, sizeof line,
-                          "# %-14s %-8s %-5s %5s  raw %9.1f us  auto %-12s %9.1f us  %5.2fx raw  best %-12s %5.2fx",
-                          op.c_str(), pattern.c_str(), dim.c_str(), human(bytes).c_str(), raw_us, auto_name.c_str(),
-                          auto_us, auto_us / raw_us, best.c_str(), auto_us / best_us);
-            table.push_back(line);
-          }
-        }
+        if (op == "all_reduce" && (pattern != o.patterns.front() || dim != o.dims.front())) continue;
+        for (std::int64_t bytes = o.min_kib << 10; bytes <= (o.max_mib << 20); bytes *= 4)
+          cases.push_back({op, pattern, dim, bytes});
       }
-  // The per-call overhead when nothing moves: an all_gather of a tensor with
-  // zero rows everywhere, against MPI_Allgatherv of zero counts, with the
-  // cross-rank agreement (the default) and without it (CheckLevel::local).
-  {
-    const std::vector<std::int64_t> zeros(static_cast<std::size_t>(n), 0);
-    auto e = Tensor<float, Sharded<0>>::zeros(comm, {0, width}, layout_mapping<Sharded<0>>(zeros));
-    std::vector<int> zc(static_cast<std::size_t>(n), 0);
-    float dummy = 0;
-    std::vector<Variant> vs = {
-        {"raw", [&] { MPI_Allgatherv(&dummy, 0, MPI_FLOAT, &dummy, zc.data(), zc.data(), MPI_FLOAT, raw); }},
-        // The same raw call armed with the watchdog, as every shardex call is: its cost alone.
-        {"raw_watched",
-         [&] {
-           const watchdog::Armed armed("MPI_Allgatherv", comm.description(), comm.timeout());
-           MPI_Allgatherv(&dummy, 0, MPI_FLOAT, &dummy, zc.data(), zc.data(), MPI_FLOAT, raw);
-         }},
-        {"checked", [&] { (void)transit<Replicated>(e, {}); }},
-        {"local_checks", [&] {
-           set_check_level(CheckLevel::local);
-           (void)transit<Replicated>(e, {});
-           set_check_level(CheckLevel::communicating);
-         }}};
-    measure(comm, vs, budget_ms);
-    if (me == 0) {
-      for (const auto& v : vs)
-        std::cout << "{\"bench\":\"overhead\",\"op\":\"all_gather\",\"ranks\":" << n << ",\"bytes\":0,\"variant\":\""
-                  << v.name << "\",\"median_us\":" << v.median_us << ",\"raw_us\":" << vs[0].median_us << "}"
-                  << std::endl;
-      char line[256];
-      std::snprintf(
-          line, sizeof line,
-          "# overhead of a call that moves nothing: raw %.2f us (%.2f us watched), shardex %.2f us (%.2f us without the agreement)",
-          vs[0].median_us, vs[1].median_us, vs[2].median_us, vs[3].median_us);
-      table.push_back(line);
+  return cases;
+}
+
+// ---- one case: its tensors, the raw calls and the strategies ----
+
+constexpr std::int64_t width = 64;  // floats per row of the sharded dim
+
+/// Values that differ by rank and position, so that the check of the raw
+/// movement sees a piece in the wrong place (the timings do not depend on them).
+template <class X>
+void fill(X& t, int me) {
+  for (std::int64_t k = 0; k < t.size(); ++k) t.data()[k] = static_cast<float>((me * 7919 + k) % 4093);
+}
+
+template <class X>
+std::vector<float> values(const X& t) {
+  return std::vector<float>(t.data(), t.data() + t.size());
+}
+
+/// What one case measures: its tensors, the raw calls' buffers (allocated
+/// once) and the variants, whose functions refer to all of these (so a Setup
+/// stays where it was made).
+struct Setup {
+  Setup(const mpi::Communicator& world, const Case& c)
+      : comm(world),
+        raw(world.native()),
+        n(world.size()),
+        me(world.rank()),
+        um(static_cast<std::size_t>(me)),
+        rows(c.bytes / (width * 4)),
+        outer(c.dim == "outer"),
+        shape(outer ? Shape{rows, width} : Shape{width, rows}),
+        lens(lengths_for(c.pattern, n, rows)),
+        even(lengths_for("even", n, rows)),
+        m0(lens),
+        m1(lens),
+        off(offsets_of(std::span<const std::int64_t>(lens))),
+        s0(Tensor<float, Sharded<0>>::ones(comm, {rows, width}, m0)),
+        s1(Tensor<float, Sharded<1>>::ones(comm, {width, rows}, m1)),
+        p(Tensor<float, Partial>::ones(comm, shape)),
+        local(outer ? s0.size() : s1.size()),
+        local_data(outer ? s0.data() : s1.data()) {
+    fill(s0, me), fill(s1, me), fill(p, me);
+  }
+  Setup(const Setup&) = delete;
+  Setup& operator=(const Setup&) = delete;
+
+  const mpi::Communicator& comm;
+  const MPI_Comm raw;
+  const int n, me;
+  const std::size_t um;
+  const std::int64_t rows;
+  const bool outer;
+  const Shape shape;  // of the Partial input
+  const std::vector<std::int64_t> lens, even;
+  const layout_mapping<Sharded<0>> m0;
+  const layout_mapping<Sharded<1>> m1;
+  const std::vector<std::int64_t> off;
+  // (rows, 64) sharded along rows and (64, rows) sharded along its last dim.
+  Tensor<float, Sharded<0>> s0;
+  Tensor<float, Sharded<1>> s1;
+  Tensor<float, Sharded<1>> a2a_in;
+  Tensor<float, Partial> p;
+  const std::int64_t local;
+  const float* local_data;
+
+  std::vector<Variant> vs;
+  std::vector<Strategy> strategies;
+  CollectiveOp cop = CollectiveOp::all_gather;
+  // Buffers of the raw calls, allocated once.
+  std::vector<float> rin, rout, stage;
+  std::vector<int> sc, sd, rc, rd;
+  std::unique_ptr<RawExchange> ex;  // the hand-written movement of strided pieces
+  // shardex's result of the strided cases, which the hand-written movement must match.
+  std::function<std::vector<float>()> shardex_out;
+};
+
+void add_all_gather(Setup& u) {
+  u.cop = CollectiveOp::all_gather;
+  u.strategies = {Strategy::padded, Strategy::per_root, Strategy::v_collective};
+  u.rout.assign(static_cast<std::size_t>(u.rows * width), 0.f);
+  u.rc = counts_of(u.lens, width);
+  u.rd = displs_of(u.rc);
+  u.vs.push_back({u.outer ? "raw" : "raw_contiguous", [&u] {
+                    MPI_Allgatherv(u.local_data, static_cast<int>(u.local), MPI_FLOAT, u.rout.data(), u.rc.data(),
+                                   u.rd.data(), MPI_FLOAT, u.raw);
+                  }});
+  if (!u.outer) {  // column blocks of (64, rows): each rank's piece lands strided
+    std::vector<Block> send, recv;
+    for (std::size_t i = 0; i < u.lens.size(); ++i) {
+      send.push_back({0, width, u.lens[u.um], u.lens[u.um]});
+      recv.push_back({u.off[i], width, u.lens[i], u.rows});
+    }
+    u.ex = std::make_unique<RawExchange>(send, recv, true);
+    u.shardex_out = [&u] { return values(transit<Replicated>(u.s1, {})); };
+  }
+  for (Strategy s : u.strategies)
+    u.vs.push_back({strategy_name(s), [&u, s] {
+                      if (u.outer)
+                        (void)transit<Replicated>(u.s0, {}, s);
+                      else
+                        (void)transit<Replicated>(u.s1, {}, s);
+                    }});
+}
+
+void add_reduce_scatter(Setup& u) {
+  u.cop = CollectiveOp::reduce_scatter;
+  u.strategies = {Strategy::padded, Strategy::per_root, Strategy::v_collective};
+  u.rc = counts_of(u.lens, width);
+  u.rout.assign(static_cast<std::size_t>(std::max(u.rc[u.um], 1)), 0.f);
+  u.vs.push_back({u.outer ? "raw" : "raw_contiguous",
+                  [&u] { MPI_Reduce_scatter(u.p.data(), u.rout.data(), u.rc.data(), MPI_FLOAT, MPI_SUM, u.raw); }});
+  if (!u.outer) {  // pack the column blocks of (64, rows) rank after rank, then reduce-scatter
+    u.stage.assign(static_cast<std::size_t>(u.rows * width), 0.f);
+    u.vs.push_back({"raw_packed", [&u] {
+                      for (std::size_t i = 0; i < u.lens.size(); ++i)
+                        pack(u.p.data(), {u.off[i], width, u.lens[i], u.rows}, u.stage.data() + u.off[i] * width);
+                      MPI_Reduce_scatter(u.stage.data(), u.rout.data(), u.rc.data(), MPI_FLOAT, MPI_SUM, u.raw);
+                    }});
+    u.shardex_out = [&u] { return values(transit<Sharded<1>>(u.p, u.m1)); };
+  }
+  for (Strategy s : u.strategies)
+    u.vs.push_back({strategy_name(s), [&u, s] {
+                      if (u.outer)
+                        (void)transit<Sharded<0>>(u.p, u.m0, s);
+                      else
+                        (void)transit<Sharded<1>>(u.p, u.m1, s);
+                    }});
+}
+
+void add_all_reduce(Setup& u) {
+  u.rout.assign(static_cast<std::size_t>(u.rows * width), 0.f);
+  u.vs.push_back({"raw", [&u] {
+                    MPI_Allreduce(u.p.data(), u.rout.data(), static_cast<int>(u.rows * width), MPI_FLOAT, MPI_SUM,
+                                  u.raw);
+                  }});
+  u.vs.push_back({"all_reduce", [&u] { (void)transit<Replicated>(u.p, {}); }});
+}
+
+void add_all_to_all(Setup& u) {
+  // A (rows, 64) tensor. "outer": S(1)[even] -> S(0)[pattern], the pieces
+  // sent are contiguous row blocks, those received strided column blocks;
+  // "inner": S(0)[pattern] -> S(1)[even], the reverse.
+  u.cop = CollectiveOp::all_to_all;
+  u.strategies = {Strategy::padded, Strategy::send_recv, Strategy::v_collective};
+  const auto cols = lengths_for("even", u.n, width);
+  const auto& lens = u.lens;
+  const std::size_t um = u.um;
+  for (int i = 0; i < u.n; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    u.sc.push_back(static_cast<int>(u.outer ? lens[ui] * cols[um] : lens[um] * cols[ui]));
+    u.rc.push_back(static_cast<int>(u.outer ? lens[um] * cols[ui] : lens[ui] * cols[um]));
+  }
+  u.sd = displs_of(u.sc);
+  u.rd = displs_of(u.rc);
+  u.a2a_in =
+      u.outer ? Tensor<float, Sharded<1>>::ones(u.comm, {u.rows, width}, layout_mapping<Sharded<1>>(cols)) : u.s1;
+  u.rin.assign(static_cast<std::size_t>(std::max(u.sd.back() + u.sc.back(), 1)), 1.f);
+  u.rout.assign(static_cast<std::size_t>(std::max(u.rd.back() + u.rc.back(), 1)), 0.f);
+  u.vs.push_back({"raw_contiguous", [&u] {
+                    MPI_Alltoallv(u.rin.data(), u.sc.data(), u.sd.data(), MPI_FLOAT, u.rout.data(), u.rc.data(),
+                                  u.rd.data(), MPI_FLOAT, u.raw);
+                  }});
+  // The same movement with its strided side: column blocks received
+  // ("outer") or sent ("inner").
+  const auto coff = offsets_of(std::span<const std::int64_t>(cols));
+  std::vector<Block> send, recv;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const Block rowblock_in{u.off[i] * cols[um], lens[i], cols[um], cols[um]};
+    if (u.outer) {
+      send.push_back(rowblock_in);
+      recv.push_back({coff[i], lens[um], cols[i], width});
+    } else {
+      send.push_back({coff[i], lens[um], cols[i], width});
+      recv.push_back(rowblock_in);
     }
   }
-  if (me == 0) {
-    std::cout << "# " << n << " ranks: op, lengths, sharded dim, global bytes; the raw MPI call; what automatic picks, "
-              << "its time and ratio to the raw call; the fastest strategy and automatic's ratio to it\n";
-    for (const auto& l : table) std::cout << l << "\n";
+  u.ex = std::make_unique<RawExchange>(send, recv, false);
+  if (u.outer) fill(u.a2a_in, u.me);
+  u.local_data = u.outer ? u.a2a_in.data() : u.s0.data();
+  const layout_mapping<Sharded<1>> c1(cols);
+  u.shardex_out = [&u, c1] {
+    return u.outer ? values(transit<Sharded<0>>(u.a2a_in, u.m0)) : values(transit<Sharded<1>>(u.s0, c1));
+  };
+  for (Strategy s : u.strategies)
+    u.vs.push_back({strategy_name(s), [&u, s, c1] {
+                      if (u.outer)
+                        (void)transit<Sharded<0>>(u.a2a_in, u.m0, s);
+                      else
+                        (void)transit<Sharded<1>>(u.s0, c1, s);
+                    }});
+}
+
+void add_reshard(Setup& u) {
+  u.cop = CollectiveOp::reshard;
+  u.strategies = {Strategy::send_recv, Strategy::v_collective};
+  const layout_mapping<Sharded<0>> e0(u.even);
+  const layout_mapping<Sharded<1>> e1(u.even);
+  const int n = u.n, me = u.me;
+  const std::size_t um = u.um;
+  // raw: the overlap of my old interval with every rank's new one
+  const auto a = offsets_of(std::span<const std::int64_t>(u.lens)),
+             c = offsets_of(std::span<const std::int64_t>(u.even));
+  const std::int64_t per_row = width;  // elements per index of the sharded dim, either way
+  u.sc.assign(static_cast<std::size_t>(n), 0);
+  u.rc.assign(static_cast<std::size_t>(n), 0);
+  for (int i = 0; i < n; ++i) {
+    const auto ov = [&](int p_old, int q_new) {
+      const std::int64_t lo = std::max(a[static_cast<std::size_t>(p_old)], c[static_cast<std::size_t>(q_new)]);
+      const std::int64_t hi = std::min(a[static_cast<std::size_t>(p_old) + 1], c[static_cast<std::size_t>(q_new) + 1]);
+      return std::max<std::int64_t>(hi - lo, 0);
+    };
+    u.sc[static_cast<std::size_t>(i)] = static_cast<int>(ov(me, i) * per_row);
+    u.rc[static_cast<std::size_t>(i)] = static_cast<int>(ov(i, me) * per_row);
   }
-  return 0;
+  u.sd = displs_of(u.sc);
+  u.rd = displs_of(u.rc);
+  u.rout.assign(static_cast<std::size_t>(std::max<std::int64_t>(u.even[um] * width, 1)), 0.f);
+  u.vs.push_back({u.outer ? "raw" : "raw_contiguous", [&u] {
+                    MPI_Alltoallv(u.local_data, u.sc.data(), u.sd.data(), MPI_FLOAT, u.rout.data(), u.rc.data(),
+                                  u.rd.data(), MPI_FLOAT, u.raw);
+                  }});
+  if (!u.outer) {  // the columns that change owner, strided on both sides
+    std::vector<Block> send, recv;
+    for (int i = 0; i < n; ++i) {
+      const auto ui = static_cast<std::size_t>(i);
+      const std::int64_t slo = std::max(a[um], c[ui]), shi = std::min(a[um + 1], c[ui + 1]);
+      const std::int64_t rlo = std::max(a[ui], c[um]), rhi = std::min(a[ui + 1], c[um + 1]);
+      send.push_back({shi > slo ? slo - a[um] : 0, width, std::max<std::int64_t>(shi - slo, 0), u.lens[um]});
+      recv.push_back({rhi > rlo ? rlo - c[um] : 0, width, std::max<std::int64_t>(rhi - rlo, 0), u.even[um]});
+    }
+    u.ex = std::make_unique<RawExchange>(send, recv, false);
+    u.shardex_out = [&u, e1] { return values(transit<Sharded<1>>(u.s1, e1)); };
+  }
+  for (Strategy s : u.strategies)
+    u.vs.push_back({strategy_name(s), [&u, s, e0, e1] {
+                      if (u.outer)
+                        (void)transit<Sharded<0>>(u.s0, e0, s);
+                      else
+                        (void)transit<Sharded<1>>(u.s1, e1, s);
+                    }});
+}
+
+/// The variants of the hand-written movement of strided pieces (RawExchange),
+/// right after the contiguous raw call; their output goes to `stage`, and
+/// rout keeps the contiguous call's.
+void add_raw_exchange(Setup& u) {
+  if (!u.ex) return;
+  u.stage.assign(static_cast<std::size_t>(std::max<std::int64_t>(u.rows * width, 1)), 0.f);
+  u.vs.insert(u.vs.begin() + 1, {{"raw_typed", [&u] { u.ex->typed(u.local_data, u.stage.data(), u.raw); }},
+                                 {"raw_packed", [&u] { u.ex->packed(u.local_data, u.stage.data(), u.raw); }}});
+}
+
+/// Whether the hand-written movement leaves what shardex leaves, on every rank
+/// (collective); true where there is nothing to compare.
+bool raw_matches_shardex(Setup& u) {
+  if (!u.shardex_out) return true;
+  const auto want = u.shardex_out();
+  int bad = 0;
+  for (auto& v : u.vs)
+    if (v.name == "raw_typed" || v.name == "raw_packed") {
+      std::fill(u.stage.begin(), u.stage.end(), -1.f);
+      std::fill(u.rout.begin(), u.rout.end(), -1.f);
+      v.run();
+      const auto& got = u.ex ? u.stage : u.rout;
+      bad |= got.size() < want.size() || !std::equal(want.begin(), want.end(), got.begin());
+    }
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, u.raw);
+  return bad == 0;
+}
+
+/// The name of the variant `automatic` picks for the case.
+std::string automatic_pick(const Setup& u, const Case& c) {
+  if (u.strategies.empty()) return "all_reduce";
+  const std::int64_t row_bytes = width * 4;  // one index along the sharded dim, either way
+  return strategy_name(choose_strategy(u.cop, u.lens, row_bytes, true,
+                                       u.outer && c.op != "all_to_all" ? Pieces::contiguous : Pieces::strided));
+}
+
+/// automatic's pick once more without the cross-rank agreement
+/// (CheckLevel::local): what the lowering costs apart from the check.
+void add_unchecked(std::vector<Variant>& vs, const std::string& auto_name) {
+  for (const auto& v : vs)
+    if (v.name == auto_name) {
+      vs.push_back({"unchecked", [run = v.run] {
+                      set_check_level(CheckLevel::local);
+                      run();
+                      set_check_level(CheckLevel::communicating);
+                    }});
+      break;
+    }
+}
+
+/// A case's measured variants against each other.
+struct Summary {
+  double raw_us = 0;  // the reference
+  std::string best;   // the fastest strategy
+  double best_us = 0, auto_us = 0;
+};
+
+/// The reference: the raw call for contiguous pieces; for strided ones the
+/// faster hand-written movement (the contiguous call, which leaves the pieces
+/// where they do not belong, is reported as a lower bound). Puts a "raw"
+/// variant with its time first where there is none.
+Summary summarize(std::vector<Variant>& vs, const std::string& auto_name) {
+  Summary s;
+  bool have_raw = false;
+  for (const auto& v : vs)
+    if (v.name == "raw" || v.name == "raw_typed" || v.name == "raw_packed")
+      s.raw_us = have_raw ? std::min(s.raw_us, v.median_us) : v.median_us, have_raw = true;
+  if (vs.front().name != "raw") vs.insert(vs.begin(), Variant{"raw", {}, s.raw_us});
+  const auto is_raw = [](const Variant& v) { return v.name.rfind("raw", 0) == 0 || v.name == "unchecked"; };
+  for (const auto& v : vs) {
+    if (is_raw(v)) continue;
+    if (s.best.empty() || v.median_us < s.best_us) s.best_us = v.median_us, s.best = v.name;
+    if (v.name == auto_name) s.auto_us = v.median_us;
+  }
+  return s;
+}
+
+/// One JSON object per variant of the case (rank 0).
+void print_case(const Case& c, int n, const std::vector<Variant>& vs, const Summary& s, const std::string& auto_name) {
+  for (const auto& v : vs)
+    std::cout << "{\"bench\":\"collectives\",\"op\":\"" << c.op << "\",\"ranks\":" << n << ",\"pattern\":\""
+              << c.pattern << "\",\"dim\":\"" << c.dim << "\",\"bytes\":" << c.bytes << ",\"variant\":\"" << v.name
+              << "\",\"median_us\":" << v.median_us << ",\"raw_us\":" << s.raw_us
+              << ",\"vs_raw\":" << v.median_us / s.raw_us << ",\"auto\":\"" << auto_name << "\",\"best\":\"" << s.best
+              << "\"}" << std::endl;
+}
+
+/// The case's line of the closing table.
+std::string table_line(const Case& c, const Summary& s, const std::string& auto_name) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "# %-14s %-8s %-5s %5s  raw %9.1f us  auto %-12s %9.1f us  %5.2fx raw  best %-12s %5.2fx", c.op.c_str(),
+                c.pattern.c_str(), c.dim.c_str(), human(c.bytes).c_str(), s.raw_us, auto_name.c_str(), s.auto_us,
+                s.auto_us / s.raw_us, s.best.c_str(), s.auto_us / s.best_us);
+  return line;
+}
+
+/// Measures one case and prints it (rank 0, which also adds its table line);
+/// false if the hand-written movement does not leave what shardex leaves.
+bool run_case(const mpi::Communicator& comm, const Case& c, double budget_ms, std::vector<std::string>& table) {
+  Setup u(comm, c);
+  if (c.op == "all_gather")
+    add_all_gather(u);
+  else if (c.op == "reduce_scatter")
+    add_reduce_scatter(u);
+  else if (c.op == "all_reduce")
+    add_all_reduce(u);
+  else if (c.op == "all_to_all")
+    add_all_to_all(u);
+  else if (c.op == "reshard")
+    add_reshard(u);
+  add_raw_exchange(u);
+  if (!raw_matches_shardex(u)) {
+    if (u.me == 0)
+      std::cerr << "bench_collectives: the hand-written " << c.op << " (" << c.pattern << ", " << c.dim << ", "
+                << c.bytes << " bytes) does not match shardex's result\n";
+    return false;
+  }
+  const std::string auto_name = automatic_pick(u, c);
+  add_unchecked(u.vs, auto_name);
+  measure(comm, u.vs, budget_ms);
+  const Summary s = summarize(u.vs, auto_name);
+  if (u.me == 0) {
+    print_case(c, u.n, u.vs, s, auto_name);
+    table.push_back(table_line(c, s, auto_name));
+  }
+  return true;
+}
+
+/// The per-call overhead when nothing moves: an all_gather of a tensor with
+/// zero rows everywhere, against MPI_Allgatherv of zero counts, with the
+/// cross-rank agreement (the default) and without it (CheckLevel::local).
+void measure_overhead(const mpi::Communicator& comm, double budget_ms, std::vector<std::string>& table) {
+  const int n = comm.size();
+  const MPI_Comm raw = comm.native();
+  const std::vector<std::int64_t> zeros(static_cast<std::size_t>(n), 0);
+  auto e = Tensor<float, Sharded<0>>::zeros(comm, {0, width}, layout_mapping<Sharded<0>>(zeros));
+  std::vector<int> zc(static_cast<std::size_t>(n), 0);
+  float dummy = 0;
+  std::vector<Variant> vs = {
+      {"raw", [&] { MPI_Allgatherv(&dummy, 0, MPI_FLOAT, &dummy, zc.data(), zc.data(), MPI_FLOAT, raw); }},
+      // The same raw call armed with the watchdog, as every shardex call is: its cost alone.
+      {"raw_watched",
+       [&] {
+         const watchdog::Armed armed("MPI_Allgatherv", comm.description(), comm.timeout());
+         MPI_Allgatherv(&dummy, 0, MPI_FLOAT, &dummy, zc.data(), zc.data(), MPI_FLOAT, raw);
+       }},
+      {"checked", [&] { (void)transit<Replicated>(e, {}); }},
+      {"local_checks", [&] {
+         set_check_level(CheckLevel::local);
+         (void)transit<Replicated>(e, {});
+         set_check_level(CheckLevel::communicating);
+       }}};
+  measure(comm, vs, budget_ms);
+  if (comm.rank() != 0) return;
+  for (const auto& v : vs)
+    std::cout << "{\"bench\":\"overhead\",\"op\":\"all_gather\",\"ranks\":" << n << ",\"bytes\":0,\"variant\":\""
+              << v.name << "\",\"median_us\":" << v.median_us << ",\"raw_us\":" << vs[0].median_us << "}" << std::endl;
+  char line[256];
+  std::snprintf(
+      line, sizeof line,
+      "# overhead of a call that moves nothing: raw %.2f us (%.2f us watched), shardex %.2f us (%.2f us without the agreement)",
+      vs[0].median_us, vs[1].median_us, vs[2].median_us, vs[3].median_us);
+  table.push_back(line);
+}
+
+void print_table(int n, const std::vector<std::string>& table) {
+  std::cout << "# " << n << " ranks: op, lengths, sharded dim, global bytes; the raw MPI call; what automatic picks, "
+            << "its time and ratio to the raw call; the fastest strategy and automatic's ratio to it\n";
+  for (const auto& l : table) std::cout << l << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpi::Environment env(argc, argv);
+  const auto comm = mpi::Communicator::world();
+  Options o;
+  if (const auto code = parse_options(argc, argv, comm.rank(), o)) return *code;
+  return command_line::run("bench_collectives", comm.rank(), [&] {
+    std::vector<std::string> table;
+    for (const Case& c : case_list(o))
+      if (!run_case(comm, c, o.budget_ms, table)) return command_line::as_int(command_line::exit_code::error);
+    measure_overhead(comm, o.budget_ms, table);
+    if (comm.rank() == 0) print_table(comm.size(), table);
+    return 0;
+  });
 }

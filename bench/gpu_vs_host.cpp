@@ -9,24 +9,19 @@
 // Without a usable GPU it says why and exits 77 (nothing to compare).
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <shardex/cuda.hpp>
 
+#include "../examples/support/command_line.hpp"
+
 using namespace shardex;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::int64_t flag(int argc, char** argv, const std::string& name, std::int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == "--" + name) return std::atoll(argv[i + 1]);
-  return fallback;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -96,31 +91,42 @@ auto attention_step(const mpi::Communicator& host, const typename Dev::communica
 int main(int argc, char** argv) {
   mpi::Environment env(argc, argv);
   const auto world = mpi::Communicator::world();
-  const auto self = world.split(world.rank(), 0);  // each rank measures alone
-  if (const std::string why = nccl::unavailable_reason(world); !why.empty()) {
-    if (world.rank() == 0) std::cout << "bench_gpu_vs_host: skipped: " << why << "\n";
-    return 77;
-  }
-  const int reps = static_cast<int>(flag(argc, argv, "reps", 5));
-  const std::int64_t batch = flag(argc, argv, "batch", 64), hidden = flag(argc, argv, "hidden", 1024);
-  const auto gpu = nccl::Communicator::create(self);
-  const auto no_sync = [] {};
-  const auto gpu_sync = [] { cuda::synchronize(); };
-  struct Row {
-    const char* block;
-    double host_ms, cuda_ms;
-  };
-  std::vector<Row> rows;
-  rows.push_back({"mlp", time_ms(reps, mlp_step<Host>(self, self, batch, hidden), no_sync),
-                  time_ms(reps, mlp_step<Cuda>(self, gpu, batch, hidden), gpu_sync)});
-  rows.push_back({"attention", time_ms(reps, attention_step<Host>(self, self, batch, hidden), no_sync),
-                  time_ms(reps, attention_step<Cuda>(self, gpu, batch, hidden), gpu_sync)});
-  if (world.rank() == 0)
-    for (const Row& r : rows) {
-      std::cout << R"({"block":")" << r.block << R"(","device":"host","batch":)" << batch << R"(,"hidden":)" << hidden
-                << R"(,"median_ms":)" << r.host_ms << "}\n";
-      std::cout << R"({"block":")" << r.block << R"(","device":"cuda","batch":)" << batch << R"(,"hidden":)" << hidden
-                << R"(,"median_ms":)" << r.cuda_ms << R"(,"speedup_vs_host":)" << r.host_ms / r.cuda_ms << "}\n";
+  CLI::App app("bench_gpu_vs_host: one training step of an MLP block and an attention block on the GPU and on the host",
+               "bench_gpu_vs_host");
+  command_line::configure(app);
+  int reps = 5;
+  std::int64_t batch = 64, hidden = 1024;
+  app.add_option("--reps", reps, "timed runs of each step (the median is reported)")
+      ->transform(command_line::integer(1, 1000));
+  app.add_option("--batch", batch, "rows of the MLP's input, positions of the attention's")
+      ->transform(command_line::integer(1, 1 << 20));
+  app.add_option("--hidden", hidden, "width of the model (heads of 64)")->transform(command_line::integer(1, 1 << 16));
+  if (const auto code = command_line::parse(app, argc, argv, world.rank())) return *code;
+  return command_line::run("bench_gpu_vs_host", world.rank(), [&] {
+    const auto self = world.split(world.rank(), 0);  // each rank measures alone
+    if (const std::string why = nccl::unavailable_reason(world); !why.empty()) {
+      if (world.rank() == 0) std::cout << "bench_gpu_vs_host: skipped: " << why << "\n";
+      return command_line::as_int(command_line::exit_code::skip);
     }
-  return 0;
+    const auto gpu = nccl::Communicator::create(self);
+    const auto no_sync = [] {};
+    const auto gpu_sync = [] { cuda::synchronize(); };
+    struct Row {
+      const char* block;
+      double host_ms, cuda_ms;
+    };
+    std::vector<Row> rows;
+    rows.push_back({"mlp", time_ms(reps, mlp_step<Host>(self, self, batch, hidden), no_sync),
+                    time_ms(reps, mlp_step<Cuda>(self, gpu, batch, hidden), gpu_sync)});
+    rows.push_back({"attention", time_ms(reps, attention_step<Host>(self, self, batch, hidden), no_sync),
+                    time_ms(reps, attention_step<Cuda>(self, gpu, batch, hidden), gpu_sync)});
+    if (world.rank() == 0)
+      for (const Row& r : rows) {
+        std::cout << R"({"block":")" << r.block << R"(","device":"host","batch":)" << batch << R"(,"hidden":)" << hidden
+                  << R"(,"median_ms":)" << r.host_ms << "}\n";
+        std::cout << R"({"block":")" << r.block << R"(","device":"cuda","batch":)" << batch << R"(,"hidden":)" << hidden
+                  << R"(,"median_ms":)" << r.cuda_ms << R"(,"speedup_vs_host":)" << r.host_ms / r.cuda_ms << "}\n";
+      }
+    return 0;
+  });
 }

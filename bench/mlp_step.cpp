@@ -27,6 +27,8 @@
 
 #include <shardex.hpp>
 
+#include "../examples/support/command_line.hpp"
+
 using namespace shardex;
 
 namespace {
@@ -48,112 +50,109 @@ int main(int argc, char** argv) {
   auto comm = mpi::Communicator::world();
   const int n = comm.size();
   std::int64_t T = 1024, H = 1024, F = 4096, steps = 10, warmup = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const std::int64_t v = std::stoll(argv[i + 1]);
-    if (a == "--tokens")
-      T = v;
-    else if (a == "--hidden")
-      H = v;
-    else if (a == "--ffn")
-      F = v;
-    else if (a == "--steps")
-      steps = v;
-    else if (a == "--warmup")
-      warmup = v;
-    else {
-      if (comm.rank() == 0) std::cerr << "bench_mlp_step: unknown flag " << a << "\n";
-      return 2;
-    }
-  }
-  std::vector<std::int64_t> lens(static_cast<std::size_t>(n), F / n);
-  for (std::int64_t r = 0; r < F % n; ++r) ++lens[static_cast<std::size_t>(r)];
-  const layout_mapping<Sharded<1>> col(lens);
-  const layout_mapping<Sharded<0>> row(lens);
-  using T32 = float;
-  auto X = Tensor<T32, Invariant>::normal(comm, {T, H}, 1).requires_grad();
-  auto A = Tensor<T32, Sharded<1>>::normal(comm, {H, F}, 2, 0.f, 0.03f, col).requires_grad();
-  auto a = Tensor<T32, Sharded<0>>::normal(comm, {F}, 3, 0.f, 0.1f, row).requires_grad();
-  auto B = Tensor<T32, Sharded<0>>::normal(comm, {F, H}, 4, 0.f, 0.015f, row).requires_grad();
-  auto b = Tensor<T32, Invariant>::normal(comm, {H}, 5, 0.f, 0.1f).requires_grad();
-  auto G = Tensor<T32, Invariant>::normal(comm, {T, H}, 6);
+  CLI::App app("bench_mlp_step: one training step of Megatron's tensor-parallel MLP (bench/mlp_step_torch.py's work)",
+               "bench_mlp_step");
+  command_line::configure(app);
+  using command_line::integer;
+  app.add_option("--tokens", T, "rows of X (T)")->transform(integer(1, 1 << 20));
+  app.add_option("--hidden", H, "width of the model (H)")->transform(integer(1, 1 << 20));
+  app.add_option("--ffn", F, "width of the hidden layer (F, split evenly over the ranks)")
+      ->transform(integer(1, 1 << 24));
+  app.add_option("--steps", steps, "measured steps with tracing off (as many again with it on)")
+      ->transform(integer(1, 1 << 20));
+  app.add_option("--warmup", warmup, "steps run first, not measured")->transform(integer(0, 1 << 20));
+  if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
+  return command_line::run("bench_mlp_step", comm.rank(), [&] {
+    std::vector<std::int64_t> lens(static_cast<std::size_t>(n), F / n);
+    for (std::int64_t r = 0; r < F % n; ++r) ++lens[static_cast<std::size_t>(r)];
+    const layout_mapping<Sharded<1>> col(lens);
+    const layout_mapping<Sharded<0>> row(lens);
+    using T32 = float;
+    auto X = Tensor<T32, Invariant>::normal(comm, {T, H}, 1).requires_grad();
+    auto A = Tensor<T32, Sharded<1>>::normal(comm, {H, F}, 2, 0.f, 0.03f, col).requires_grad();
+    auto a = Tensor<T32, Sharded<0>>::normal(comm, {F}, 3, 0.f, 0.1f, row).requires_grad();
+    auto B = Tensor<T32, Sharded<0>>::normal(comm, {F, H}, 4, 0.f, 0.015f, row).requires_grad();
+    auto b = Tensor<T32, Invariant>::normal(comm, {H}, 5, 0.f, 0.1f).requires_grad();
+    auto G = Tensor<T32, Invariant>::normal(comm, {T, H}, 6);
 
-  // The GEMM rate of this machine, all ranks at once, on the step's first product.
-  const std::int64_t f_me = lens[static_cast<std::size_t>(comm.rank())];
-  double gemm_s = 0;
-  {
-    auto out = Host::allocate<T32>(T * f_me);
-    std::vector<double> ts;
-    for (int i = 0; i < 4; ++i) {
-      comm.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      Host::gemm(GemmShape::plain(T, H, f_me), 1.f, X.data(), A.data(), 0.f, out.get());
-      ts.push_back(max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    // The GEMM rate of this machine, all ranks at once, on the step's first product.
+    const std::int64_t f_me = lens[static_cast<std::size_t>(comm.rank())];
+    double gemm_s = 0;
+    {
+      auto out = Host::allocate<T32>(T * f_me);
+      std::vector<double> ts;
+      for (int i = 0; i < 4; ++i) {
+        comm.barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        Host::gemm(GemmShape::plain(T, H, f_me), 1.f, X.data(), A.data(), 0.f, out.get());
+        ts.push_back(
+            max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      }
+      gemm_s = *std::min_element(ts.begin() + 1, ts.end());
     }
-    gemm_s = *std::min_element(ts.begin() + 1, ts.end());
-  }
-  const double gflops_per_s = 2.0 * double(T) * double(H) * double(f_me) / gemm_s / 1e9;  // per rank
-  const double flops_per_rank = 12.0 * double(T) * double(H) * double(f_me);
-  const double floor_ms = flops_per_rank / (gflops_per_s * 1e9) * 1e3;
+    const double gflops_per_s = 2.0 * double(T) * double(H) * double(f_me) / gemm_s / 1e9;  // per rank
+    const double flops_per_rank = 12.0 * double(T) * double(H) * double(f_me);
+    const double floor_ms = flops_per_rank / (gflops_per_s * 1e9) * 1e3;
 
-  // Tracing on for every other measured step (recorded to a scratch file, not kept).
-  trace::start("/tmp/shardex_bench_mlp_step_trace.json");
-  trace::detail::enabled_flag().store(false);
-  std::int64_t spans_on_steps = 0;
-  std::vector<double> step_ms, comm_ms, traced_ms;
-  for (std::int64_t s = 0; s < warmup + 2 * steps; ++s) {
-    const bool traced = s >= warmup && (s - warmup) % 2 == 1;
-    trace::detail::enabled_flag().store(traced);
-    for (auto* p : {&X}) p->zero_grad();
-    A.zero_grad(), a.zero_grad(), B.zero_grad(), b.zero_grad();
-    comm.barrier();
-#if __has_include("shardex/core/counters.hpp")
-    const auto c0 = counters();
-#endif
-    const auto t0 = std::chrono::steady_clock::now();
-    auto y = add_bias(all_reduce<Invariant>(matmul(gelu(add_bias(matmul(replicate(X), A), a)), B)), b);
-    Tensor<T32, Invariant> loss = sum(y * G);
-    backward(loss);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    double cms = -1;
-#if __has_include("shardex/core/counters.hpp")
-    cms = (counters() - c0).backend_seconds * 1e3;
-#endif
+    // Tracing on for every other measured step (recorded to a scratch file, not kept).
+    trace::start("/tmp/shardex_bench_mlp_step_trace.json");
     trace::detail::enabled_flag().store(false);
-    if (traced) {
-      traced_ms.push_back(max_over_ranks(comm, ms));
-      ++spans_on_steps;
-    } else if (s >= warmup) {
-      step_ms.push_back(max_over_ranks(comm, ms));
-      comm_ms.push_back(max_over_ranks(comm, cms));
+    std::int64_t spans_on_steps = 0;
+    std::vector<double> step_ms, comm_ms, traced_ms;
+    for (std::int64_t s = 0; s < warmup + 2 * steps; ++s) {
+      const bool traced = s >= warmup && (s - warmup) % 2 == 1;
+      trace::detail::enabled_flag().store(traced);
+      for (auto* p : {&X}) p->zero_grad();
+      A.zero_grad(), a.zero_grad(), B.zero_grad(), b.zero_grad();
+      comm.barrier();
+#if __has_include("shardex/core/counters.hpp")
+      const auto c0 = counters();
+#endif
+      const auto t0 = std::chrono::steady_clock::now();
+      auto y = add_bias(all_reduce<Invariant>(matmul(gelu(add_bias(matmul(replicate(X), A), a)), B)), b);
+      Tensor<T32, Invariant> loss = sum(y * G);
+      backward(loss);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      double cms = -1;
+#if __has_include("shardex/core/counters.hpp")
+      cms = (counters() - c0).backend_seconds * 1e3;
+#endif
+      trace::detail::enabled_flag().store(false);
+      if (traced) {
+        traced_ms.push_back(max_over_ranks(comm, ms));
+        ++spans_on_steps;
+      } else if (s >= warmup) {
+        step_ms.push_back(max_over_ranks(comm, ms));
+        comm_ms.push_back(max_over_ranks(comm, cms));
+      }
     }
-  }
-  trace::detail::enabled_flag().store(true);
-  const std::int64_t events = trace::stop();  // every rank's events of the traced steps
-  std::remove("/tmp/shardex_bench_mlp_step_trace.json");
-  const double spans_per_step = double(events) / double(n) / double(std::max<std::int64_t>(spans_on_steps, 1));
-  double span_off_ns = 0;
-  {
-    const int k = 10'000'000;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < k; ++i) {
-      trace::Span sp("local", "off");
-      if (sp.on()) sp.set_args("");
+    trace::detail::enabled_flag().store(true);
+    const std::int64_t events = trace::stop();  // every rank's events of the traced steps
+    std::remove("/tmp/shardex_bench_mlp_step_trace.json");
+    const double spans_per_step = double(events) / double(n) / double(std::max<std::int64_t>(spans_on_steps, 1));
+    double span_off_ns = 0;
+    {
+      const int k = 10'000'000;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < k; ++i) {
+        trace::Span sp("local", "off");
+        if (sp.on()) sp.set_args("");
+      }
+      span_off_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / k;
     }
-    span_off_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / k;
-  }
-  if (comm.rank() == 0) {
-    const double step = median(step_ms), cm = median(comm_ms);
-    std::cout << "{\"bench\":\"mlp_step\",\"impl\":\"shardex\",\"ranks\":" << n
-              << ",\"threads_per_rank\":" << host::threads() << ",\"tokens\":" << T << ",\"hidden\":" << H
-              << ",\"ffn\":" << F << ",\"dtype\":\"float32\",\"step_ms\":" << step << ",\"comm_ms\":" << cm
-              << ",\"compute_ms\":" << (cm >= 0 ? step - cm : -1) << ",\"steps\":" << steps
-              << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9
-              << ",\"gemm_gflops_per_rank\":" << gflops_per_s << ",\"gemm_floor_ms\":" << floor_ms
-              << ",\"vs_floor\":" << step / floor_ms << ",\"traced_step_ms\":" << median(traced_ms)
-              << ",\"trace_on_ratio\":" << median(traced_ms) / step << ",\"spans_per_step\":" << spans_per_step
-              << ",\"span_off_ns\":" << span_off_ns
-              << ",\"trace_off_fraction\":" << spans_per_step * span_off_ns * 1e-6 / step << "}" << std::endl;
-  }
-  return 0;
+    if (comm.rank() == 0) {
+      const double step = median(step_ms), cm = median(comm_ms);
+      std::cout << "{\"bench\":\"mlp_step\",\"impl\":\"shardex\",\"ranks\":" << n
+                << ",\"threads_per_rank\":" << host::threads() << ",\"tokens\":" << T << ",\"hidden\":" << H
+                << ",\"ffn\":" << F << ",\"dtype\":\"float32\",\"step_ms\":" << step << ",\"comm_ms\":" << cm
+                << ",\"compute_ms\":" << (cm >= 0 ? step - cm : -1) << ",\"steps\":" << steps
+                << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9
+                << ",\"gemm_gflops_per_rank\":" << gflops_per_s << ",\"gemm_floor_ms\":" << floor_ms
+                << ",\"vs_floor\":" << step / floor_ms << ",\"traced_step_ms\":" << median(traced_ms)
+                << ",\"trace_on_ratio\":" << median(traced_ms) / step << ",\"spans_per_step\":" << spans_per_step
+                << ",\"span_off_ns\":" << span_off_ns
+                << ",\"trace_off_fraction\":" << spans_per_step * span_off_ns * 1e-6 / step << "}" << std::endl;
+    }
+    return 0;
+  });
 }

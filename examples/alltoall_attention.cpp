@@ -16,6 +16,11 @@
 
 using namespace shardex;
 
+struct AttentionFlags : example::Flags {
+  std::int64_t seq = 16, heads = 6, dh = 4;
+  AttentionFlags() { lr = "0.5"; }
+};
+
 template <class T, class Dev = Host>
 struct UlyssesAttention {
   std::int64_t heads, dh;
@@ -52,21 +57,20 @@ struct UlyssesAttention {
 };
 
 template <class T, class Dev>
-example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f,
+example::Run<T> train(const typename Dev::communicator& comm, const AttentionFlags& f,
                       const std::vector<std::int64_t>& seq_lens, const std::vector<std::int64_t>& head_lens,
                       bool report) {
-  const std::int64_t seq = f.integer("seq"), heads = f.integer("heads"), dh = f.integer("dh");
-  const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
+  const std::int64_t seq = f.seq, heads = f.heads, dh = f.dh;
+  const auto seed = static_cast<std::uint64_t>(f.seed);
   const UlyssesAttention<T, Dev> teacher(comm, heads, dh, seq_lens, head_lens, seed + 100);
   UlyssesAttention<T, Dev> model(comm, heads, dh, seq_lens, head_lens, seed);
   model.trainable();
   example::Run<T> run;
-  const double lr = f.real("lr");
-  for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
+  const double lr = *command_line::read_real(f.lr);  // add_lr checked it
+  for (std::int64_t step = 0, steps = f.steps; step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = example::normal<Dev, T, Sharded<0>>(comm, {seq, heads * dh},
-                                                 seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1),
-                                                 layout_mapping<Sharded<0>>(seq_lens));
+    auto x = example::normal<Dev, T, Sharded<0>>(comm, {seq, heads * dh}, seed + 1000 + std::uint64_t(step % f.batches),
+                                                 T(0), T(1), layout_mapping<Sharded<0>>(seq_lens));
     Tensor<T, Sharded<0>, Dev> target = teacher(x);
     Tensor<T, Sharded<0>, Dev> y = model(x);
     auto d = y - target;
@@ -88,32 +92,33 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
 }
 
 template <class T, class Dev>
-int compare(const mpi::Communicator& comm, const example::Flags& f) {
+int compare(const mpi::Communicator& comm, const AttentionFlags& f) {
   // The calibration product: one head block of the projections (seq x heads*dh by heads*dh).
-  const std::int64_t width = f.integer("heads") * f.integer("dh");
-  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("seq"), width, width));
-  const auto seq_lens = example::split(f.integer("seq"), w);
-  const auto head_lens = example::split(f.integer("heads"), w);
+  const std::int64_t width = f.heads * f.dh;
+  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.seq, width, width));
+  const auto seq_lens = example::split(f.seq, w);
+  const auto head_lens = example::split(f.heads, w);
   if (comm.rank() == 0)
     std::cout << "alltoall_attention: " << comm.size() << " ranks, sequence lengths " << to_string(seq_lens)
               << ", heads per rank " << to_string(head_lens) << ", " << dtype_name<T>() << "\n";
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, seq_lens, head_lens, true);
-  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("seq")}, {f.integer("heads")}, false);
+  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.seq}, {f.heads}, false);
   return example::verdict(comm, sharded, whole, f);
 }
 
 int main(int argc, char** argv) {
-  return example::main(argc, argv, "alltoall_attention: sequence-sharded attention through head-sharding all_to_alls",
-                       {{"seq", "16"},
-                        {"heads", "6"},
-                        {"dh", "4"},
-                        {"steps", "20"},
-                        {"batches", "4"},
-                        {"lr", "0.5"},
-                        {"seed", "1"},
-                        {"dtype", "double"},
-                        {"speeds", ""}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
-                         return compare<decltype(t), decltype(dev)>(comm, f);
-                       });
+  return example::main(
+      argc, argv, "alltoall_attention", "sequence-sharded attention through head-sharding all_to_alls",
+      AttentionFlags{},
+      [](CLI::App& app, AttentionFlags& f, int ranks) {
+        using command_line::integer;
+        app.add_option("--seq", f.seq, "sequence length (positions split over the ranks)")->transform(integer(1));
+        app.add_option("--heads", f.heads, "attention heads (split over the ranks)")->transform(integer(1));
+        app.add_option("--dh", f.dh, "width of a head")->transform(integer(1));
+        example::add_lr(app, f, false);
+        example::add_speeds(app, f, ranks);
+      },
+      [](const mpi::Communicator& comm, const AttentionFlags& f, auto t, auto dev) {
+        return compare<decltype(t), decltype(dev)>(comm, f);
+      });
 }

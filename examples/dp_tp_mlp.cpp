@@ -34,6 +34,11 @@ using namespace shardex;
 using dp = axis<"dp">;
 using tp = axis<"tp">;
 
+struct MeshFlags : example::Flags {
+  std::int64_t batch = 24, hidden = 32, ffn = 64, explain = 0;
+  std::string mesh, dp_speeds, tp_speeds, save, resume;
+};
+
 template <class Dev>
 using MeshOf = DeviceMesh<Dev, dp, tp>;
 template <class T, class Dev, LayoutTag Ldp, LayoutTag Ltp>
@@ -100,22 +105,19 @@ Tensor<T, Invariant> gathered(const mpi::Communicator& self, const X& x) {
 }
 
 template <class T, class Dev>
-example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const example::Flags& f,
+example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const MeshFlags& f,
                       const std::vector<std::int64_t>& batch_lens, const std::vector<std::int64_t>& ffn_lens,
                       bool report) {
-  const std::int64_t batch = f.integer("batch"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
-  const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
+  const std::int64_t batch = f.batch, hidden = f.hidden, ffn = f.ffn;
+  const auto seed = static_cast<std::uint64_t>(f.seed);
   const auto self = mesh.world().split(mesh.world().rank(), 0);
   const Mlp<T, Dev> teacher(host, mesh, hidden, ffn, ffn_lens, seed + 100);
   Mlp<T, Dev> model = Mlp<T, Dev>(host, mesh, hidden, ffn, ffn_lens, seed).trainable();
   example::Run<T> run;
-  const std::int64_t steps = f.integer("steps");
-  const double lr = example::learning_rate(f, 1.6);
+  const std::int64_t steps = f.steps;
+  const double lr = example::learning_rate(f, 1.6, hidden);
   std::int64_t first = 0;
-  if (!f.str("resume").empty() && f.str("resume") == f.str("save"))
-    throw example::usage_error(
-        "--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
-  if (const std::string path = f.str("resume"); !path.empty()) {  // any mesh shape and lengths wrote it
+  if (const std::string& path = f.resume; !path.empty()) {  // any mesh shape and lengths wrote it
     model.A = reload<T, Dev, per_axis<Invariant, Sharded<1>>>(host, mesh, path, "A", {{}, ffn_lens});
     model.a = reload<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, path, "a", {{}, ffn_lens});
     model.B = reload<T, Dev, per_axis<Invariant, Sharded<0>>>(host, mesh, path, "B", {{}, ffn_lens});
@@ -127,7 +129,7 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
   for (std::int64_t step = first; step < first + steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto x = normal<T, Dev, per_axis<Sharded<0>, Invariant>>(
-        host, mesh, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(1), {batch_lens, {}});
+        host, mesh, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.batches), T(1), {batch_lens, {}});
     const auto target = teacher(x);
     MT<T, Dev, Sharded<0>, Invariant> y;
     MT<T, Dev, Invariant, Invariant> loss;
@@ -137,7 +139,7 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
       loss = all_reduce<dp, Invariant>(sum(d * d) / double(2 * batch));
       backward(loss);
     });
-    if (report && step == first && f.integer("explain") != 0 && mesh.world().rank() == 0)
+    if (report && step == first && f.explain != 0 && mesh.world().rank() == 0)
       std::cout << "one training step on rank 0 of the " << mesh.str() << ":\n"
                 << plan.str() << "backward (derived):\n"
                 << Plan{plan.backward, {}, {}}.str();
@@ -152,7 +154,7 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
     sgd_step(lr, model.A, model.a, model.B, model.b);
     example::end_step(mesh.world(), run, step - first, t0, report);
   }
-  if (const std::string path = f.str("save"); report && !path.empty())
+  if (const std::string& path = f.save; report && !path.empty())
     save(path, TensorList()
                    .add("A", model.A)
                    .add("a", model.a)
@@ -163,6 +165,7 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const e
 }
 
 /// "3x2" -> {3, 2}; empty: the squarest dp x tp shape of the world (dp <= tp).
+/// (check_mesh checked the form.)
 std::array<int, 2> mesh_shape(const std::string& s, int world) {
   if (s.empty()) {
     int d = 1;
@@ -171,43 +174,48 @@ std::array<int, 2> mesh_shape(const std::string& s, int world) {
     return {d, world / d};
   }
   const auto x = s.find('x');
-  if (x == std::string::npos) throw example::usage_error("--mesh must be DPxTP, e.g. 3x2, not " + s);
-  try {
-    return {std::stoi(s.substr(0, x)), std::stoi(s.substr(x + 1))};
-  } catch (const std::exception&) {
-    throw example::usage_error("--mesh must be DPxTP, e.g. 3x2, not " + s);
-  }
+  return {static_cast<int>(*command_line::read_integer(s.substr(0, x))),
+          static_cast<int>(*command_line::read_integer(s.substr(x + 1)))};
+}
+
+/// --mesh: empty, or DPxTP with two whole numbers >= 1.
+std::string check_mesh(const std::string& s) {
+  const auto x = s.find('x');
+  const auto axis = [](const std::string& t) {
+    const auto v = command_line::read_integer(t);
+    return v && *v >= 1 && *v <= 1 << 20;
+  };
+  if (s.empty() || (x != std::string::npos && axis(s.substr(0, x)) && axis(s.substr(x + 1)))) return {};
+  return "'" + s + "' is not DPxTP, two whole numbers >= 1 such as 3x2";
 }
 
 /// --dp-speeds / --tp-speeds: one weight per rank of the axis ("1,2"); empty: 1, 2, ..., n.
-std::vector<std::int64_t> axis_lengths(const example::Flags& f, const char* flag, std::int64_t total, int n) {
-  std::vector<double> w;
-  std::string s = f.str(flag);
-  for (std::size_t pos = 0; !s.empty() && pos <= s.size();) {
-    const std::size_t comma = std::min(s.find(',', pos), s.size());
-    w.push_back(std::stod(s.substr(pos, comma - pos)));
-    pos = comma + 1;
-  }
+std::vector<std::int64_t> axis_lengths(const std::string& given, std::int64_t total, int n) {
+  std::vector<double> w = command_line::weights(given);  // main's callback checked them
   if (w.empty())
     for (int k = 0; k < n; ++k) w.push_back(k + 1);
-  if (static_cast<int>(w.size()) != n)
-    throw example::usage_error(std::string("--") + flag + " needs " + std::to_string(n) +
-                               " weights (one per rank of the axis), not " + s);
   return example::split(total, w);
 }
 
 template <class T, class Dev>
-int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto shape = mesh_shape(f.str("mesh"), comm.size());
-  const MeshOf<Host> host(comm, shape);  // throws on every rank if the shape does not fit the world
+int compare(const mpi::Communicator& comm, const MeshFlags& f) {
+  const auto shape = mesh_shape(f.mesh, comm.size());
+  // Collective: every rank refuses a shape that does not fit the world.
+  const MeshOf<Host> host = [&] {
+    try {
+      return MeshOf<Host>(comm, shape);
+    } catch (const shardex::invalid_argument& e) {
+      throw example::refused("--mesh " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + ": " + e.what());
+    }
+  }();
   const MeshOf<Dev> mesh = [&] {
     if constexpr (std::same_as<Dev, Host>)
       return host;
     else
       return MeshOf<Dev>(comm, shape);
   }();
-  const auto batch_lens = axis_lengths(f, "dp-speeds", f.integer("batch"), shape[0]);
-  const auto ffn_lens = axis_lengths(f, "tp-speeds", f.integer("ffn"), shape[1]);
+  const auto batch_lens = axis_lengths(f.dp_speeds, f.batch, shape[0]);
+  const auto ffn_lens = axis_lengths(f.tp_speeds, f.ffn, shape[1]);
   if (comm.rank() == 0)
     std::cout << "dp_tp_mlp: " << shape[0] << " x " << shape[1] << " mesh (dp, tp), batch lengths "
               << to_string(batch_lens) << " over dp, ffn lengths " << to_string(ffn_lens) << " over tp, "
@@ -215,27 +223,46 @@ int compare(const mpi::Communicator& comm, const example::Flags& f) {
   const auto sharded = train<T, Dev>(host, mesh, f, batch_lens, ffn_lens, true);
   // The same model unsharded: every rank runs it alone, on a 1 x 1 mesh.
   const MeshOf<Host> one(comm.split(comm.rank(), 0), {1, 1});
-  const auto whole = train<T, Host>(one, one, f, {f.integer("batch")}, {f.integer("ffn")}, false);
+  const auto whole = train<T, Host>(one, one, f, {f.batch}, {f.ffn}, false);
   return example::verdict(comm, sharded, whole, f);
 }
 
 int main(int argc, char** argv) {
-  return example::main(argc, argv, "dp_tp_mlp: the Megatron MLP on a data x tensor-parallel mesh, uneven on both axes",
-                       {{"batch", "24"},
-                        {"hidden", "32"},
-                        {"ffn", "64"},
-                        {"steps", "20"},
-                        {"batches", "4"},
-                        {"lr", "auto"},
-                        {"seed", "1"},
-                        {"dtype", "double"},
-                        {"mesh", ""},
-                        {"dp-speeds", ""},
-                        {"tp-speeds", ""},
-                        {"explain", "0"},
-                        {"save", ""},
-                        {"resume", ""}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
-                         return compare<decltype(t), decltype(dev)>(comm, f);
-                       });
+  return example::main(
+      argc, argv, "dp_tp_mlp", "the Megatron MLP on a data x tensor-parallel mesh, uneven on both axes", MeshFlags{},
+      [](CLI::App& app, MeshFlags& f, int ranks) {
+        using command_line::integer;
+        app.add_option("--batch", f.batch, "rows of a batch (split over dp)")->transform(integer(1));
+        app.add_option("--hidden", f.hidden, "width of the model")->transform(integer(1));
+        app.add_option("--ffn", f.ffn, "width of the hidden layer (split over tp)")->transform(integer(1));
+        example::add_lr(app, f, true);
+        app.add_option("--mesh", f.mesh, "the mesh shape, dp x tp ranks; empty: the squarest")
+            ->check(CLI::Validator(check_mesh, "DPxTP", "MESH"));
+        const auto weights = CLI::Validator(
+            [](const std::string& s) { return s.empty() ? std::string() : command_line::check_weights(s, 0); },
+            "W,W,...", "WEIGHTS");
+        app.add_option("--dp-speeds", f.dp_speeds, "relative speeds of the dp groups; empty: 1,2,...")->check(weights);
+        app.add_option("--tp-speeds", f.tp_speeds, "relative speeds of the ranks of a tp group; empty: 1,2,...")
+            ->check(weights);
+        app.add_option("--explain", f.explain, "1: print the plan of one training step")->transform(integer(0, 1));
+        app.add_option("--save", f.save, "write the parameters and the step count here at the end");
+        app.add_option("--resume", f.resume, "continue from a file --save wrote (on any mesh)");
+        app.callback([&f, ranks] {
+          if (!f.resume.empty() && f.resume == f.save)
+            throw CLI::ValidationError(
+                "--save and --resume name the same file: the sharded run would overwrite it "
+                "before the unsharded run resumes from it");
+          const auto shape = mesh_shape(f.mesh, ranks);
+          const auto count = [](const std::string& given, const char* flag, int n) {
+            if (given.empty()) return;
+            if (const std::string why = command_line::check_weights(given, static_cast<std::size_t>(n)); !why.empty())
+              throw CLI::ValidationError(flag, why + " of the axis");
+          };
+          count(f.dp_speeds, "--dp-speeds", shape[0]);
+          count(f.tp_speeds, "--tp-speeds", shape[1]);
+        });
+      },
+      [](const mpi::Communicator& comm, const MeshFlags& f, auto t, auto dev) {
+        return compare<decltype(t), decltype(dev)>(comm, f);
+      });
 }

@@ -34,6 +34,12 @@
 
 using namespace shardex;
 
+struct MlpFlags : example::Flags {
+  std::int64_t batch = 16, hidden = 32, ffn = 64;
+  std::string optimizer = "sgd", save, resume;
+  double clip = 0;
+};
+
 template <class T, class Dev = Host>
 struct Mlp {
   Tensor<T, Sharded<1>, Dev> A;  // (hidden, ffn): column-parallel
@@ -99,47 +105,38 @@ std::int64_t resume_state(const std::string& path, Mlp<T, Dev>& m, Opt* adam) {
 }
 
 template <class T, class Dev>
-example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f,
-                      const std::vector<std::int64_t>& lens, bool report) {
-  const std::int64_t batch = f.integer("batch"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
-  const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
+example::Run<T> train(const typename Dev::communicator& comm, const MlpFlags& f, const std::vector<std::int64_t>& lens,
+                      bool report) {
+  const std::int64_t batch = f.batch, hidden = f.hidden, ffn = f.ffn;
+  const auto seed = static_cast<std::uint64_t>(f.seed);
   const Mlp<T, Dev> teacher(comm, hidden, ffn, lens, seed + 100);
   Mlp<T, Dev> model = Mlp<T, Dev>(comm, hidden, ffn, lens, seed).trainable();
   example::Run<T> run;
-  const std::int64_t steps = f.integer("steps");
-  const bool use_adam = f.str("optimizer") == "adam";
-  if (!use_adam && f.str("optimizer") != "sgd") throw example::usage_error("--optimizer must be sgd or adam");
+  const std::int64_t steps = f.steps;
+  const bool use_adam = f.optimizer == "adam";
   // --lr auto: 1.6 / hidden for SGD (0.05 at the default width), 0.32 / hidden for Adam.
-  const double lr = example::learning_rate(f, use_adam ? 0.32 : 1.6);
+  const double lr = example::learning_rate(f, use_adam ? 0.32 : 1.6, hidden);
   // Adam's update runs on host tensors.
   using Opt = std::conditional_t<std::same_as<Dev, Host>,
                                  Adam<decltype(model.A), decltype(model.a), decltype(model.B), decltype(model.b)>, int>;
   std::optional<Opt> adam;
-  if constexpr (std::same_as<Dev, Host>) {
+  if constexpr (std::same_as<Dev, Host>)
     if (use_adam) adam.emplace(AdamOptions{.lr = lr}, model.A, model.a, model.B, model.b);
-  } else if (use_adam) {
-    throw example::usage_error("--optimizer adam runs on the host only (--backend mpi)");
-  }
-  if (!f.str("resume").empty() && f.str("resume") == f.str("save"))
-    throw example::usage_error(
-        "--save and --resume name the same file: the sharded run would overwrite it before the unsharded run resumes from it");
-  if (!std::same_as<Dev, Host> && !(f.str("resume").empty() && f.str("save").empty()))
-    throw example::usage_error("--save and --resume run on the host only (--backend mpi)");
+  // (--optimizer adam, --save and --resume on --backend nccl are refused with the flags: see main.)
   Opt* opt = adam ? &*adam : nullptr;
   std::int64_t first = 0;
   if constexpr (std::same_as<Dev, Host>)
-    if (!f.str("resume").empty()) first = resume_state(f.str("resume"), model, opt);
+    if (!f.resume.empty()) first = resume_state(f.resume, model, opt);
   for (std::int64_t step = first; step < first + steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = example::normal<Dev, T, Invariant>(comm, {batch, hidden},
-                                                seed + 1000 + std::uint64_t(step % f.integer("batches")));
+    auto x = example::normal<Dev, T, Invariant>(comm, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.batches));
     Tensor<T, Invariant, Dev> target = teacher(x);
     Tensor<T, Invariant, Dev> y = model(x);
     auto d = y - target;
     Tensor<T, Invariant, Dev> loss = sum(d * d) / double(2 * batch);
     backward(loss);
     // --clip: the norm of the logical gradients (b, Invariant, counted once), every gradient scaled alike.
-    if (const double clip = f.real("clip"); clip > 0)
+    if (const double clip = f.clip; clip > 0)
       run.grad_norms.push_back(clip_grad_norm(clip, model.A, model.a, model.B, model.b));
     run.losses.push_back(example::value(loss));
     example::check_finite_loss(run.losses.back(), step, lr);
@@ -161,40 +158,52 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
     example::end_step(comm, run, step - first, t0, report);
   }
   if constexpr (std::same_as<Dev, Host>)
-    if (report && !f.str("save").empty()) save_state(f.str("save"), model, opt, first + steps);
+    if (report && !f.save.empty()) save_state(f.save, model, opt, first + steps);
   return run;
 }
 
 template <class T, class Dev>
-int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto w =
-      example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("batch"), f.integer("hidden"), f.integer("ffn")));
-  const auto lens = example::split(f.integer("ffn"), w);
+int compare(const mpi::Communicator& comm, const MlpFlags& f) {
+  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.batch, f.hidden, f.ffn));
+  const auto lens = example::split(f.ffn, w);
   if (comm.rank() == 0)
     std::cout << "megatron_mlp: " << comm.size() << " ranks, ffn lengths " << to_string(lens) << ", " << dtype_name<T>()
               << "\n";
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, lens, true);
   // The same model unsharded: every rank runs it alone, on a one-rank communicator.
-  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, false);
+  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.ffn}, false);
   return example::verdict(comm, sharded, whole, f);
 }
 
 int main(int argc, char** argv) {
-  return example::main(argc, argv, "megatron_mlp: Megatron's tensor-parallel MLP on uneven shards",
-                       {{"batch", "16"},
-                        {"hidden", "32"},
-                        {"ffn", "64"},
-                        {"steps", "20"},
-                        {"batches", "4"},
-                        {"lr", "auto"},
-                        {"seed", "1"},
-                        {"dtype", "double"},
-                        {"speeds", ""},
-                        {"optimizer", "sgd"},
-                        {"save", ""},
-                        {"resume", ""},
-                        {"clip", "0"}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
-                         return compare<decltype(t), decltype(dev)>(comm, f);
-                       });
+  return example::main(
+      argc, argv, "megatron_mlp", "Megatron's tensor-parallel MLP on uneven shards", MlpFlags{},
+      [](CLI::App& app, MlpFlags& f, int ranks) {
+        using command_line::integer;
+        app.add_option("--batch", f.batch, "rows of a batch")->transform(integer(1));
+        app.add_option("--hidden", f.hidden, "width of the model")->transform(integer(1));
+        app.add_option("--ffn", f.ffn, "width of the hidden layer (split over the ranks)")->transform(integer(1));
+        example::add_lr(app, f, true);
+        example::add_speeds(app, f, ranks);
+        app.add_option("--optimizer", f.optimizer, "sgd or adam (Adam's moments sharded like the parameters)")
+            ->check(CLI::IsMember({"sgd", "adam"}));
+        app.add_option("--save", f.save,
+                       "write the parameters, the optimizer's state and the step count here at the end");
+        app.add_option("--resume", f.resume, "continue from a file --save wrote (at any world size and speeds)");
+        app.add_option("--clip", f.clip, "clip the gradients to this norm after each backward (0: no clipping)")
+            ->check(command_line::real(0, false));
+        app.callback([&f] {
+          if (!f.resume.empty() && f.resume == f.save)
+            throw CLI::ValidationError(
+                "--save and --resume name the same file: the sharded run would overwrite it "
+                "before the unsharded run resumes from it");
+          if (f.backend != "mpi" && f.optimizer == "adam")
+            throw CLI::ValidationError("--optimizer adam runs on the host only (--backend mpi)");
+          if (f.backend != "mpi" && !(f.resume.empty() && f.save.empty()))
+            throw CLI::ValidationError("--save and --resume run on the host only (--backend mpi)");
+        });
+      },
+      [](const mpi::Communicator& comm, const MlpFlags& f, auto t, auto dev) {
+        return compare<decltype(t), decltype(dev)>(comm, f);
+      });
 }

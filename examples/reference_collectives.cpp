@@ -12,6 +12,8 @@
 
 #include <shardex.hpp>
 
+#include "support/command_line.hpp"
+
 using namespace shardex;
 using S1 = Sharded<1, lengths<1, 2, 3, 4>>;  // rank r holds r + 1 columns of 10
 
@@ -31,13 +33,14 @@ void report(const mpi::Communicator& comm, const char* title, const char* expect
 int main(int argc, char** argv) {
   mpi::Environment env(argc, argv);
   auto comm = mpi::Communicator::world();
-  if (comm.size() != 4) {
-    if (comm.rank() == 0)
-      std::cerr << "reference_collectives: run on 4 ranks (mpirun -n 4), not " << comm.size() << "\n";
-    return 2;
-  }
+  CLI::App app("reference_collectives: every operation of the reference module, forward and backward, on 4 ranks",
+               "reference_collectives");
+  command_line::configure(app);
+  if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
   const int rank = comm.rank();
-  try {
+  return command_line::run("reference_collectives", rank, [&] {
+    if (comm.size() != 4)
+      throw command_line::refused("run on 4 ranks (mpirun -n 4), not " + std::to_string(comm.size()));
     for (Strategy s : {Strategy::padded, Strategy::per_root}) {
       const bool by_group = s == Strategy::per_root;
       auto p = Tensor<float, S1>::ones(comm, {5, 10}).requires_grad();  // local (5, rank + 1)
@@ -89,9 +92,6 @@ int main(int argc, char** argv) {
       backward(loss);
       report(comm, "replicate", "losses are the same, grads are 1", loss, p);
     }
-  } catch (const shardex::error& e) {
-    std::cerr << "rank " << rank << ": " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

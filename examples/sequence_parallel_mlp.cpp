@@ -16,6 +16,10 @@
 
 using namespace shardex;
 
+struct SpFlags : example::Flags {
+  std::int64_t tokens = 24, hidden = 32, ffn = 64;
+};
+
 template <class T, class Dev = Host>
 struct SequenceParallelMlp {
   std::vector<std::int64_t> tokens;  // the sequence split
@@ -46,21 +50,21 @@ struct SequenceParallelMlp {
 };
 
 template <class T, class Dev>
-example::Run<T> train(const typename Dev::communicator& comm, const example::Flags& f,
+example::Run<T> train(const typename Dev::communicator& comm, const SpFlags& f,
                       const std::vector<std::int64_t>& ffn_lens, const std::vector<std::int64_t>& token_lens,
                       bool report) {
-  const std::int64_t tokens = f.integer("tokens"), hidden = f.integer("hidden"), ffn = f.integer("ffn");
-  const auto seed = static_cast<std::uint64_t>(f.integer("seed"));
+  const std::int64_t tokens = f.tokens, hidden = f.hidden, ffn = f.ffn;
+  const auto seed = static_cast<std::uint64_t>(f.seed);
   const SequenceParallelMlp<T, Dev> teacher(comm, hidden, ffn, ffn_lens, token_lens, seed + 100);
   SequenceParallelMlp<T, Dev> model(comm, hidden, ffn, ffn_lens, token_lens, seed);
   model.trainable();
   example::Run<T> run;
   const layout_mapping<Sharded<0>> by_token(token_lens);
-  const double lr = example::learning_rate(f, 1.6);  // --lr auto: 1.6 / hidden (0.05 at the default width)
-  for (std::int64_t step = 0, steps = f.integer("steps"); step < steps; ++step) {
+  const double lr = example::learning_rate(f, 1.6, hidden);  // --lr auto: 1.6 / hidden (0.05 at the default width)
+  for (std::int64_t step = 0, steps = f.steps; step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto x = example::normal<Dev, T, Sharded<0>>(
-        comm, {tokens, hidden}, seed + 1000 + std::uint64_t(step % f.integer("batches")), T(0), T(1), by_token);
+    auto x = example::normal<Dev, T, Sharded<0>>(comm, {tokens, hidden}, seed + 1000 + std::uint64_t(step % f.batches),
+                                                 T(0), T(1), by_token);
     Tensor<T, Sharded<0>, Dev> target = teacher(x);
     Tensor<T, Sharded<0>, Dev> y = model(x);
     auto d = y - target;
@@ -82,31 +86,30 @@ example::Run<T> train(const typename Dev::communicator& comm, const example::Fla
 }
 
 template <class T, class Dev>
-int compare(const mpi::Communicator& comm, const example::Flags& f) {
-  const auto w =
-      example::speeds<Dev, T>(comm, f, GemmShape::plain(f.integer("tokens"), f.integer("hidden"), f.integer("ffn")));
-  const auto ffn_lens = example::split(f.integer("ffn"), w);
-  const auto token_lens = example::split(f.integer("tokens"), w);
+int compare(const mpi::Communicator& comm, const SpFlags& f) {
+  const auto w = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.tokens, f.hidden, f.ffn));
+  const auto ffn_lens = example::split(f.ffn, w);
+  const auto token_lens = example::split(f.tokens, w);
   if (comm.rank() == 0)
     std::cout << "sequence_parallel_mlp: " << comm.size() << " ranks, token lengths " << to_string(token_lens)
               << ", ffn lengths " << to_string(ffn_lens) << ", " << dtype_name<T>() << "\n";
   const auto sharded = train<T, Dev>(example::device_comm<Dev>(comm), f, ffn_lens, token_lens, true);
-  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.integer("ffn")}, {f.integer("tokens")}, false);
+  const auto whole = train<T, Host>(comm.split(comm.rank(), 0), f, {f.ffn}, {f.tokens}, false);
   return example::verdict(comm, sharded, whole, f);
 }
 
 int main(int argc, char** argv) {
-  return example::main(argc, argv, "sequence_parallel_mlp: the Megatron MLP with sequence parallelism",
-                       {{"tokens", "24"},
-                        {"hidden", "32"},
-                        {"ffn", "64"},
-                        {"steps", "20"},
-                        {"batches", "4"},
-                        {"lr", "auto"},
-                        {"seed", "1"},
-                        {"dtype", "double"},
-                        {"speeds", ""}},
-                       [](const mpi::Communicator& comm, const example::Flags& f, auto t, auto dev) {
-                         return compare<decltype(t), decltype(dev)>(comm, f);
-                       });
+  return example::main(
+      argc, argv, "sequence_parallel_mlp", "the Megatron MLP with sequence parallelism", SpFlags{},
+      [](CLI::App& app, SpFlags& f, int ranks) {
+        using command_line::integer;
+        app.add_option("--tokens", f.tokens, "tokens of a batch (split over the ranks)")->transform(integer(1));
+        app.add_option("--hidden", f.hidden, "width of the model")->transform(integer(1));
+        app.add_option("--ffn", f.ffn, "width of the hidden layer (split over the ranks)")->transform(integer(1));
+        example::add_lr(app, f, true);
+        example::add_speeds(app, f, ranks);
+      },
+      [](const mpi::Communicator& comm, const SpFlags& f, auto t, auto dev) {
+        return compare<decltype(t), decltype(dev)>(comm, f);
+      });
 }

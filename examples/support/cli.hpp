@@ -1,6 +1,8 @@
 #pragma once
 // What the examples share and is not the point of any of them: flags, the
 // lengths of an uneven split, timing, and comparing with the unsharded run.
+// The command line itself (CLI11, exit codes) is in command_line.hpp, which
+// the bench programs share.
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -8,7 +10,6 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,62 +21,56 @@
 #endif
 #include <shardex/device/calibrate.hpp>
 
+#include "command_line.hpp"
+
 namespace example {
 
-/// A bad command line: the same on every rank, so rank 0 alone reports it.
-struct usage_error : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
+using command_line::diverged;
+using command_line::exit_code;
+using command_line::refused;
+using command_line::usage_error;
+
+/// The flags every training example takes, with their defaults; each example
+/// adds its own (sizes, --lr, --speeds) in the `declare` it gives main below.
+struct Flags {
+  std::int64_t steps = 20, batches = 4, seed = 1;
+  std::string lr = "auto";  // a number, or "auto" where the example has a rule for it (learning_rate)
+  std::string dtype = "double", backend = "mpi", log;
+  std::string speeds;  // "", "auto" or one weight per rank (see speeds below)
 };
 
-/// --name value flags with defaults; unknown flags are an error.
-class Flags {
-public:
-  Flags(int argc, char** argv, std::map<std::string, std::string> defaults) : values_(std::move(defaults)) {
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a == "--help" || a == "-h") {
-        help_ = true;
-        continue;
-      }
-      const auto eq = a.find('=');
-      std::string key = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2), value;
-      if (a.rfind("--", 0) != 0 || !values_.count(key)) throw usage_error("unknown flag " + a + usage());
-      if (eq != std::string::npos)
-        value = a.substr(eq + 1);
-      else if (i + 1 < argc)
-        value = argv[++i];
-      else
-        throw usage_error("flag " + a + " needs a value");
-      values_[key] = value;
-    }
+/// --lr: a number > 0, or (with `per_hidden`, the rule of learning_rate) "auto".
+inline void add_lr(CLI::App& app, Flags& f, bool with_auto) {
+  if (!with_auto) {
+    app.add_option("--lr", f.lr, "learning rate")->check(command_line::real(0, true));
+    return;
   }
-  [[nodiscard]] bool help() const { return help_; }
-  [[nodiscard]] std::string str(const std::string& k) const { return values_.at(k); }
-  [[nodiscard]] std::int64_t integer(const std::string& k) const { return std::stoll(values_.at(k)); }
-  [[nodiscard]] double real(const std::string& k) const { return std::stod(values_.at(k)); }
-  [[nodiscard]] std::string usage() const {
-    std::string s = "\nflags:";
-    for (const auto& [k, v] : values_) s += " --" + k + " " + (v.empty() ? "\"\"" : v);
-    return s;
-  }
+  const auto number = command_line::real(0, true);
+  app.add_option("--lr", f.lr, "learning rate; auto: a rate that shrinks with --hidden")
+      ->check(CLI::Validator([number](std::string& s) { return s == "auto" ? std::string() : number(s); },
+                             "NUMBER>0|auto", "LR"));
+}
 
-private:
-  std::map<std::string, std::string> values_;
-  bool help_ = false;
-};
+/// --speeds: the ranks' relative speeds, one per rank of the world (`ranks`).
+inline void add_speeds(CLI::App& app, Flags& f, int ranks) {
+  app.add_option("--speeds", f.speeds, "relative speeds, one per rank (0: nothing); empty: even; auto: measured")
+      ->check(CLI::Validator(
+          [ranks](const std::string& s) {
+            return s.empty() || s == "auto" ? std::string()
+                                            : command_line::check_weights(s, static_cast<std::size_t>(ranks));
+          },
+          "W,W,...|auto", "SPEEDS"));
+}
 
 /// The ranks' relative speeds from --speeds: "1,2,3,4" (one per rank; a zero
 /// gives a rank nothing), empty for even, or "auto": measured, each rank timing
 /// a product of the model's shape `gemm` on its device (shardex::measure_speeds).
 template <class Dev, class T>
 std::vector<double> speeds(const shardex::mpi::Communicator& comm, const Flags& f, const shardex::GemmShape& gemm) {
-  const std::string given = f.str("speeds");
-  const int ranks = comm.size();
-  std::vector<double> w;
-  if (given == "auto") {
+  if (f.speeds == "auto") {
     shardex::CalibrationOptions o;
     o.gemm = gemm;
-    w = shardex::measure_speeds<Dev, T>(comm, o);
+    const auto w = shardex::measure_speeds<Dev, T>(comm, o);
     if (comm.rank() == 0) {
       std::cout << "--speeds auto: measured GFLOP/s per rank";
       for (double s : w) std::cout << " " << std::setprecision(3) << s;
@@ -83,13 +78,8 @@ std::vector<double> speeds(const shardex::mpi::Communicator& comm, const Flags& 
     }
     return w;
   }
-  std::stringstream ss(given);
-  for (std::string item; std::getline(ss, item, ',');) w.push_back(std::stod(item));
-  if (w.empty()) w.assign(static_cast<std::size_t>(ranks), 1.0);
-  if (static_cast<int>(w.size()) != ranks)
-    throw usage_error("--speeds gives " + std::to_string(w.size()) + " speeds for " + std::to_string(ranks) +
-                      " ranks: give one per rank, or auto");
-  return w;
+  if (f.speeds.empty()) return std::vector<double>(static_cast<std::size_t>(comm.size()), 1.0);
+  return command_line::weights(f.speeds);  // add_speeds checked them: one per rank
 }
 
 /// Lengths of `total` in proportion to the speeds (summing to total).
@@ -115,15 +105,10 @@ double max_rel_diff(const A& a, const B& b) {
 /// The learning rate: --lr, or for "auto" `per_hidden / hidden` (the
 /// gradients grow with the width, so a fixed rate that trains a small model
 /// makes a wide one diverge).
-inline double learning_rate(const Flags& f, double per_hidden) {
-  if (f.str("lr") == "auto") return per_hidden / double(f.integer("hidden"));
-  return f.real("lr");
+inline double learning_rate(const Flags& f, double per_hidden, std::int64_t hidden) {
+  if (f.lr == "auto") return per_hidden / double(hidden);
+  return *command_line::read_real(f.lr);  // add_lr checked it
 }
-
-/// A loss that stopped being finite (the same on every rank: the loss is Invariant).
-struct diverged : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 /// Stops a run whose loss is no longer finite, with the likely cause.
 inline void check_finite_loss(double loss, std::int64_t step, double lr) {
@@ -223,7 +208,7 @@ void end_step(const Comm& comm, Run<T>& run, std::int64_t step, std::chrono::ste
 /// time as CSV (step,loss,unsharded_loss,step_ms); scripts/plot_losses.py draws it.
 template <class T>
 void write_log(const shardex::mpi::Communicator& comm, const Flags& f, const Run<T>& sharded, const Run<T>& whole) {
-  const std::string path = f.str("log");
+  const std::string& path = f.log;
   if (path.empty() || comm.rank() != 0) return;
   std::ofstream out(path);
   if (!out) throw std::runtime_error("--log " + path + ": cannot open the file for writing");
@@ -241,10 +226,11 @@ constexpr double tolerance = std::same_as<T, double> ? 1e-10 : 1e-4;
 /// Prints (rank 0) the largest relative difference of each named quantity
 /// between the sharded and the unsharded run, and the mean loss of the first
 /// and the last pass over the batches; returns the exit code: 0 if every
-/// difference is within the tolerance on every rank and the loss went down.
+/// difference is within the tolerance on every rank and the loss went down,
+/// else exit_code::differs (a difference beyond it) or did_not_learn.
 template <class T>
 int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const Run<T>& whole, const Flags& f) {
-  const std::int64_t batches = f.integer("batches");
+  const std::int64_t batches = f.batches;
   const double tol = tolerance<T>;
   double worst = sharded.last.size() == whole.last.size() ? 0 : INFINITY;
   std::ostringstream diffs;
@@ -273,59 +259,57 @@ int verdict(const shardex::mpi::Communicator& comm, const Run<T>& sharded, const
                   : learned ? " (went down)"
                             : " (DID NOT GO DOWN)")
               << "\n";
-  return bad[0] == 0 && (learned || !judged) ? 0 : 1;
+  if (comm.rank() == 0 && bad[0] != 0)
+    std::cout << "the sharded run differs from the unsharded one beyond the tolerance\n";
+  if (bad[0] != 0) return command_line::as_int(exit_code::differs);
+  return command_line::as_int(learned || !judged ? exit_code::ok : exit_code::did_not_learn);
 }
 
 /// Runs `body` on the tensor type the --dtype flag names.
 template <class F>
 int with_dtype(const Flags& f, F&& body) {
-  if (f.str("dtype") == "float") return body(float{});
-  if (f.str("dtype") == "double") return body(double{});
-  throw usage_error("--dtype must be float or double");
+  if (f.dtype == "float") return body(float{});
+  return body(double{});  // the flag's check leaves float or double
 }
 
-/// The examples' main: MPI, flags (plus --backend), --help, errors as
-/// messages on stderr. `body(comm, flags, T{}, Dev{})` runs with the element
-/// type of --dtype and the device of --backend (mpi: Host; nccl: Cuda, or exit
-/// code 77, a skip, when this machine cannot run NCCL, saying why).
-template <class F>
-int main(int argc, char** argv, const char* about, std::map<std::string, std::string> defaults, F&& body) {
+/// The examples' main: MPI, the flags, errors as messages on stderr and exit
+/// codes (examples/support/command_line.hpp). `declare(app, flags, ranks)`
+/// adds the example's own flags (into its `flags`, a struct derived from
+/// Flags, given with its defaults) to the common ones (--steps, --batches,
+/// --seed, --dtype, --backend, --log); then `body(comm, flags, T{}, Dev{})`
+/// runs with the element type of --dtype and the device of --backend (mpi:
+/// Host; nccl: Cuda, or exit code 77, a skip, when this machine cannot run
+/// NCCL, saying why).
+template <class Fl, class Declare, class Body>
+int main(int argc, char** argv, const char* name, const char* about, Fl flags, Declare&& declare, Body&& body) {
   shardex::mpi::Environment env(argc, argv);
   const auto comm = shardex::mpi::Communicator::world();
-  defaults.emplace("backend", "mpi");
-  defaults.emplace("log", "");
-  try {
-    const Flags f(argc, argv, std::move(defaults));
-    if (f.help()) {
-      if (comm.rank() == 0) std::cout << about << f.usage() << "\n";
-      return 0;
-    }
-    const std::string backend = f.str("backend");
-    if (backend == "mpi") return with_dtype(f, [&](auto t) { return body(comm, f, t, shardex::Host{}); });
-    if (backend != "nccl") throw usage_error("--backend must be mpi or nccl, not " + backend);
+  CLI::App app(std::string(name) + ": " + about, name);
+  command_line::configure(app);
+  declare(app, flags, comm.size());
+  Flags& f = flags;
+  app.add_option("--steps", f.steps, "training steps (0: none, nothing to compare)")
+      ->transform(command_line::integer(0));
+  app.add_option("--batches", f.batches, "fixed batches the data cycles through")->transform(command_line::integer(1));
+  app.add_option("--seed", f.seed, "seed of the weights and the data")->transform(command_line::integer(0));
+  app.add_option("--dtype", f.dtype, "element type")->check(CLI::IsMember({"float", "double"}));
+  app.add_option("--backend", f.backend, "mpi: host tensors; nccl: GPUs")->check(CLI::IsMember({"mpi", "nccl"}));
+  app.add_option("--log", f.log, "rank 0 writes each step's loss and time to this CSV file");
+  if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
+  return command_line::run(name, comm.rank(), [&] {
+    if (f.backend == "mpi") return with_dtype(f, [&](auto t) { return body(comm, flags, t, shardex::Host{}); });
 #if defined(SHARDEX_WITH_GPU)
     if (const std::string why = shardex::nccl::unavailable_reason(comm); !why.empty()) {
-      if (comm.rank() == 0) std::cout << about << ": --backend nccl skipped: " << why << "\n";
-      return 77;
+      if (comm.rank() == 0) std::cout << name << ": --backend nccl skipped: " << why << "\n";
+      return command_line::as_int(exit_code::skip);
     }
-    return with_dtype(f, [&](auto t) { return body(comm, f, t, shardex::Cuda{}); });
+    return with_dtype(f, [&](auto t) { return body(comm, flags, t, shardex::Cuda{}); });
 #else
-    throw usage_error(
+    throw refused(
         "--backend nccl: this build has no GPU backend (nvcc, cuBLAS or NCCL were not found when "
         "it was configured, or -Dcuda=disabled)");
 #endif
-  } catch (const std::exception& e) {
-    // Printed once, not once per rank: an error every rank meets alike (a
-    // bad flag, a diverged loss: the loss is the same on every rank) by rank
-    // 0; any other by the rank that found it (the others' copies of an agreed
-    // shardex error say "reported by rank N").
-    const std::string what = e.what();
-    const bool alike = dynamic_cast<const usage_error*>(&e) != nullptr || dynamic_cast<const diverged*>(&e) != nullptr;
-    if (alike ? comm.rank() == 0 : what.find("(reported by rank ") == std::string::npos)
-      std::cerr << about << (alike ? std::string() : " (rank " + std::to_string(comm.rank()) + ")") << ": " << what
-                << "\n";
-    return 2;
-  }
+  });
 }
 
 }  // namespace example
