@@ -391,14 +391,14 @@ void add_all_gather(Setup& u) {
       recv.push_back({u.off[i], width, u.lens[i], u.rows});
     }
     u.ex = std::make_unique<RawExchange>(send, recv, true);
-    u.shardex_out = [&u] { return values(transit<Replicated>(u.s1, {})); };
+    u.shardex_out = [&u] { return values(apply_transition<Replicated>(u.s1, {})); };
   }
   for (Strategy s : u.strategies)
     u.vs.push_back({strategy_name(s), [&u, s] {
                       if (u.outer)
-                        (void)transit<Replicated>(u.s0, {}, s);
+                        (void)apply_transition<Replicated>(u.s0, {}, s);
                       else
-                        (void)transit<Replicated>(u.s1, {}, s);
+                        (void)apply_transition<Replicated>(u.s1, {}, s);
                     }});
 }
 
@@ -416,14 +416,14 @@ void add_reduce_scatter(Setup& u) {
                         pack(u.p.data(), {u.off[i], width, u.lens[i], u.rows}, u.stage.data() + u.off[i] * width);
                       MPI_Reduce_scatter(u.stage.data(), u.rout.data(), u.rc.data(), MPI_FLOAT, MPI_SUM, u.raw);
                     }});
-    u.shardex_out = [&u] { return values(transit<Sharded<1>>(u.p, u.m1)); };
+    u.shardex_out = [&u] { return values(apply_transition<Sharded<1>>(u.p, u.m1)); };
   }
   for (Strategy s : u.strategies)
     u.vs.push_back({strategy_name(s), [&u, s] {
                       if (u.outer)
-                        (void)transit<Sharded<0>>(u.p, u.m0, s);
+                        (void)apply_transition<Sharded<0>>(u.p, u.m0, s);
                       else
-                        (void)transit<Sharded<1>>(u.p, u.m1, s);
+                        (void)apply_transition<Sharded<1>>(u.p, u.m1, s);
                     }});
 }
 
@@ -433,7 +433,7 @@ void add_all_reduce(Setup& u) {
                     MPI_Allreduce(u.p.data(), u.rout.data(), static_cast<int>(u.rows * width), MPI_FLOAT, MPI_SUM,
                                   u.raw);
                   }});
-  u.vs.push_back({"all_reduce", [&u] { (void)transit<Replicated>(u.p, {}); }});
+  u.vs.push_back({"all_reduce", [&u] { (void)apply_transition<Replicated>(u.p, {}); }});
 }
 
 void add_all_to_all(Setup& u) {
@@ -479,14 +479,15 @@ void add_all_to_all(Setup& u) {
   u.local_data = u.outer ? u.a2a_in.data() : u.s0.data();
   const layout_mapping<Sharded<1>> c1(cols);
   u.shardex_out = [&u, c1] {
-    return u.outer ? values(transit<Sharded<0>>(u.a2a_in, u.m0)) : values(transit<Sharded<1>>(u.s0, c1));
+    return u.outer ? values(apply_transition<Sharded<0>>(u.a2a_in, u.m0))
+                   : values(apply_transition<Sharded<1>>(u.s0, c1));
   };
   for (Strategy s : u.strategies)
     u.vs.push_back({strategy_name(s), [&u, s, c1] {
                       if (u.outer)
-                        (void)transit<Sharded<0>>(u.a2a_in, u.m0, s);
+                        (void)apply_transition<Sharded<0>>(u.a2a_in, u.m0, s);
                       else
-                        (void)transit<Sharded<1>>(u.s0, c1, s);
+                        (void)apply_transition<Sharded<1>>(u.s0, c1, s);
                     }});
 }
 
@@ -529,14 +530,14 @@ void add_reshard(Setup& u) {
       recv.push_back({rhi > rlo ? rlo - c[um] : 0, width, std::max<std::int64_t>(rhi - rlo, 0), u.even[um]});
     }
     u.ex = std::make_unique<RawExchange>(send, recv, false);
-    u.shardex_out = [&u, e1] { return values(transit<Sharded<1>>(u.s1, e1)); };
+    u.shardex_out = [&u, e1] { return values(apply_transition<Sharded<1>>(u.s1, e1)); };
   }
   for (Strategy s : u.strategies)
     u.vs.push_back({strategy_name(s), [&u, s, e0, e1] {
                       if (u.outer)
-                        (void)transit<Sharded<0>>(u.s0, e0, s);
+                        (void)apply_transition<Sharded<0>>(u.s0, e0, s);
                       else
-                        (void)transit<Sharded<1>>(u.s1, e1, s);
+                        (void)apply_transition<Sharded<1>>(u.s1, e1, s);
                     }});
 }
 
@@ -687,10 +688,10 @@ void measure_overhead(const mpi::Communicator& comm, double budget_ms, std::vect
          const watchdog::Armed armed("MPI_Allgatherv", comm.description(), comm.timeout());
          MPI_Allgatherv(&dummy, 0, MPI_FLOAT, &dummy, zc.data(), zc.data(), MPI_FLOAT, raw);
        }},
-      {"checked", [&] { (void)transit<Replicated>(e, {}); }},
+      {"checked", [&] { (void)apply_transition<Replicated>(e, {}); }},
       {"local_checks", [&] {
          set_check_level(CheckLevel::local);
-         (void)transit<Replicated>(e, {});
+         (void)apply_transition<Replicated>(e, {});
          set_check_level(CheckLevel::communicating);
        }}};
   measure(comm, vs, budget_ms);

@@ -2,16 +2,14 @@
 """Every relative link of README.md, CHANGELOG.md and docs/ leads somewhere, and every page of
 docs/ is reachable from README.md.
 
-usage: check_links.py SRC_ROOT [--pending PAGE ...]
+usage: check_links.py SRC_ROOT
 
 A link to a file must name one that exists; a link with #anchor must name a heading of that
-page (GitHub's anchors: lower case, punctuation dropped, spaces as '-'). Pages named after
---pending (written on other branches, not merged yet) may be missing; the check says so.
+page (GitHub's anchors: lower case, punctuation dropped, spaces as '-').
 """
 import os, re, sys
 
 root = sys.argv[1]
-pending = set(sys.argv[sys.argv.index("--pending") + 1:]) if "--pending" in sys.argv else set()
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -49,8 +47,6 @@ for page in pages:
             path, _, anchor = target.partition("#")
             dest = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
             if not os.path.exists(os.path.join(root, dest)):
-                if dest in pending:
-                    continue
                 problems.append(f"{page}:{n}: {target}: no such file {dest}")
                 continue
             if dest.endswith(".md"):
@@ -70,5 +66,4 @@ for p in problems:
     print(p)
 if problems:
     sys.exit(1)
-print(f"links: {len(pages)} pages, every relative link resolves, every page of docs/ reachable from README.md"
-      + (f" ({len(pending)} pending on other branches: {', '.join(sorted(pending))})" if pending else ""))
+print(f"links: {len(pages)} pages, every relative link resolves, every page of docs/ reachable from README.md")
