@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Checkpoint throughput (issue #14): save and load of a model's tensors in one
 // safetensors file, every rank writing (reading) its own piece with MPI-IO,
 // side by side in one run with rank 0 alone writing (reading) the same

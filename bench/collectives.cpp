@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every communicating transition x every strategy, side by side in one run
 // with the raw MPI call that makes the same movement (these machines are
 // shared and noisy: compare the ratios, not the absolute times).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A translation unit that uses the whole DSL: every transition, the planner
 // and explain, every local rule, fused element-wise expressions and autodiff,
 // in float and double. bench/compile_time.py times its compilation against

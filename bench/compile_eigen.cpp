@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The same MLP as compile_dsl.cpp, forward and backward by hand with plain
 // Eigen on one process, in float and double: the baseline of
 // bench/compile_time.py.

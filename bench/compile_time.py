@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Compile time of a translation unit using the whole DSL against a plain Eigen
 program of similar size, with the flags of the real build, side by side.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The GPU backend against the host, side by side in one run: one training
 // step (forward and backward) of a Megatron MLP block and of a multi-head
 // attention block, in float, on the Cuda device and on the Host device, same

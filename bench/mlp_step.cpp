@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One training step of Megatron's tensor-parallel MLP, exactly the work of
 // bench/mlp_step_torch.py: forward and backward, no optimizer step, float32.
 //

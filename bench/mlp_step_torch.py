@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The PyTorch peer of the C++ tensor-parallel MLP step benchmark.
 
 One Megatron tensor-parallel MLP training step (forward and backward, no

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Plot the collective benchmark's results (JSON lines from bench/collectives).
 
 usage: bench/plot.py [-o OUT.png] [--pattern PATTERN] [--dim DIM] FILE...

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Summarizes a bench/run results file (JSON lines) as Markdown tables.
 
     bench/report.py bench/results/results.jsonl > summary.md

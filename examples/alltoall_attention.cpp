@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Multi-head self-attention with the sequence sharded, in the DeepSpeed-Ulysses
 // pattern: an all_to_all turns the sequence-sharded q, k, v into head-sharded
 // ones (uneven head counts allowed), attention runs locally per head, and an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Megatron MLP, Y = GeLU(X A + a) B + b, on a data x tensor-parallel mesh.
 //
 //   mpirun -n 4 build/examples/dp_tp_mlp                # a 2 x 2 mesh

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The shortest program that uses shardex; runs on any number of ranks:
 //
 //   mpirun -n 4 build/examples/hello

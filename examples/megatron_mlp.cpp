@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Megatron-LM tensor-parallel MLP, Y = GeLU(X A + a) B + b, on uneven shards.
 //
 //   mpirun -n 4 build/examples/megatron_mlp --speeds 1,2,3,4 --steps 20

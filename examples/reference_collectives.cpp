@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every operation of the reference module (shared/reference/collectives.py),
 // forward and backward, on four CPU ranks:
 //

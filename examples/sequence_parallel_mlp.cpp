@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Megatron MLP block with sequence parallelism: the activations outside
 // the block are sharded along the sequence (tokens), so the block begins with
 // an all_gather and ends with a reduce_scatter instead of Megatron's f and g.

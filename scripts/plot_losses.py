@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Draw the examples' training logs (--log run.csv) as a PNG.
 
 usage: scripts/plot_losses.py [-o OUT.png] [--title TITLE] RUN.csv [RUN.csv ...]

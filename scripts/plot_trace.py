@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Draw a shardex trace (SHARDEX_TRACE=run.json) as a PNG timeline.
 
 usage: scripts/plot_trace.py [-o OUT.png] [--from MS] [--to MS] TRACE.json

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The host memory pool (include/shardex/device/host/memory_pool.hpp): a map
 // from size class to free blocks, under one mutex.
 #include "shardex/device/host/memory_pool.hpp"

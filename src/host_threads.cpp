@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Threads of the host's local math (include/shardex/device/host/threads.hpp).
 #include "shardex/device/host/threads.hpp"
 

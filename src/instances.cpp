@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What every user of the host backend would otherwise compile for itself:
 // the transition table's host entries for float and double with run-time
 // lengths (transition/table.hpp declares them extern) and Eigen's kernels

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The one JSON string escaper of the files shardex writes: the safetensors
 // header (src/safetensors.cpp) and the trace (src/trace.cpp). nlohmann-json's

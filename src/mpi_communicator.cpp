@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The MPI primitives behind shardex::mpi::Communicator. Every call's return
 // code goes through check(), which turns it into a backend_error carrying
 // MPI's own error string (the communicator is set to MPI_ERRORS_RETURN).

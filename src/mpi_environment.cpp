@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // RAII MPI initialization: see include/shardex/backend/mpi/environment.hpp.
 #include "shardex/backend/mpi/environment.hpp"
 

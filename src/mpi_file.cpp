@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Parallel file I/O over MPI-IO (include/shardex/io/file.hpp): one subarray
 // file view per box, one collective write or read per array.
 #include "shardex/io/file.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // print_in_rank_order: gather every rank's text to rank 0 and write it there.
 #include "shardex/backend/mpi/print.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The safetensors header (include/shardex/io/safetensors_header.hpp): written
 // and read with nlohmann-json (a private dependency of src/), then validated
 // here: the JSON is strict RFC 8259 (no `1.2.3`, no leading zeros, no lone

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // shardex::mpi::Communicator for a build without MPI: the one-rank world.
 // With a single rank every collective's result is the rank's own input, so
 // each primitive is a local copy (or nothing, when the result is in place);

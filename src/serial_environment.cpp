@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // shardex::mpi::Environment for a build without MPI: there is nothing to
 // initialize, but the class keeps its contract: Environment::active() is true
 // while an Environment is alive, and Communicator::world() requires one, as

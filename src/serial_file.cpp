@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Parallel file I/O for the one-rank world (no MPI; include/shardex/io/file.hpp):
 // the same files, written and read with positioned standard-library calls.
 #include "shardex/io/file.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // print_in_rank_order for a build without MPI: the one rank is rank 0, so its
 // text is all there is to print.
 #include "shardex/backend/mpi/print.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The element conversions of checkpoints (include/shardex/io/stored_dtype.hpp).
 #include "shardex/io/stored_dtype.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The timeline trace (core/trace.hpp): a per-process buffer of complete
 // events, and the merge at stop(): every rank's events as JSON text, gathered
 // on rank 0 of MPI_COMM_WORLD (or this process alone without MPI) and written

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The host watchdog: see include/shardex/core/watchdog.hpp.
 //
 // One slot for the armed call (the thread that calls MPI arms it; shardex

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // What the examples share and is not the point of any of them: flags, the
 // lengths of an uneven split, timing, and comparing with the unsharded run.

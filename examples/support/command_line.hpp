@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The command line of every example and bench program, in one place: the flags
 // are declared with CLI11 (<CLI/CLI.hpp>, Debian's libcli11-dev) and parsed on

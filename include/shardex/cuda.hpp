@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief The GPU backend on top of the whole of shardex: the `Cuda` device

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Meshes: data x tensor parallelism with a layout per mesh axis

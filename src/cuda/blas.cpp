@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // cuBLAS behind include/shardex/device/cuda/blas.hpp. The _64 entry points:
 // sizes and leading dims past 2^31 (seq * heads * dh) are not cut to int.
 #include "shardex/device/cuda/blas.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The kernels of include/shardex/device/cuda/kernels.hpp. Plain grid-stride
 // loops: correctness and clear failure first; the heavy math goes to cuBLAS.
 #include "shardex/device/cuda/kernels.hpp"

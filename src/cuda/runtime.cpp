@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA runtime behind include/shardex/device/cuda/runtime.hpp.
 #include "shardex/device/cuda/runtime.hpp"
 

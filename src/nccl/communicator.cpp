@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // NCCL behind include/shardex/backend/nccl/communicator.hpp.
 #include "shardex/backend/nccl/communicator.hpp"
 

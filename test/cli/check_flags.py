@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The command lines of the examples and bench programs (their parsing is
 examples/support/command_line.hpp, through CLI11):
 

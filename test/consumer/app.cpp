@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A program that uses an installed (or subproject) shardex: an uneven
 // all_gather on every rank, checked, with the layout in the type. The
 // consumers test (run_consumers.py) builds it three ways and runs it on 2 ranks.

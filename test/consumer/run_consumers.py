@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The consumers test (issue #11): shardex used from other builds.
 
     run_consumers.py BUILD_DIR SOURCE_ROOT MPIRUN [MPIRUN_ARGS...]

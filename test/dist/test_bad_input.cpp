@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad input is an exception on every rank, never a hang: each case below makes
 // every rank throw shardex::invalid_argument whose message names the
 // operation, the rank and the shapes. Where only one rank's input is bad, the

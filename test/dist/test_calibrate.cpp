@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // measure_speeds and measured_lengths: every rank gets the same list, the
 // lengths sum to the extent, and a rank slowed on purpose (load_factor 4: it
 // really runs the product four times per timed run) gets proportionally

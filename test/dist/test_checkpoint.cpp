@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Sharded checkpoints in safetensors files (issue #14), at every world size:
 //
 // - every layout (I, R, S(0), S(1) of a 3-d tensor, S(2)), float and double,

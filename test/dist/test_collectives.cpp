@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Forward results of every transition of the table (transition/table.hpp),
 // every strategy, against a reference each rank computes alone, without
 // communication: every rank knows the whole global tensor (a hash of the

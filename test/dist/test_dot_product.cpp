@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The dot-product (adjoint) test of every transition of the table
 // (transition/table.hpp), every strategy: for random x and w,
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Gradients through the typed DSL (docs/concepts/dsl.md), in double, at every
 // world size, with uneven lengths (zeros included):
 //

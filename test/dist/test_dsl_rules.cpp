@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every layout rule of the local operations (expr/rules.hpp) against a
 // single-rank reference on random data: matmul (all seven 2-d rules),
 // element-wise +, -, *, / (P / R too), unary -, scaling, + c, - c and gelu/relu/tanh/exp/

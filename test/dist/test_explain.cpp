@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // explain(expr): the plan that evaluating expr will run on this rank, asserted
 // line by line for the simplification cases of the planner
 // (expr/redistribute.hpp), with each collective's resolved strategy and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The fuzz suite: random transitions (layout pairs, dims, shapes with empty
 // dims, lengths with zeros, strategies), each checked against the logical
 // value recomputed from the input's and the output's local parts with raw MPI

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // grad_norm and clip_grad_norm (autodiff/grad_norm.hpp) at every world size:
 // - a Megatron MLP's gradients (A column-, B row-parallel, the bias b
 //   Invariant) with random lengths, zeros among them: the norm is the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Meshes (issue #13): every transition along each axis of every mesh shape
 // the world size allows (1 x n, n x 1, 2 x 2, 2 x 3, 3 x 2, ...), with the
 // other axis Invariant, Partial or Sharded, on uneven lengths with zeros, in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a collective costs beyond the data it moves (shardex::counters), at
 // every world size. Copies and zero-fills: the local bytes each lowering copies, on the lengths cases of support/dist.hpp (zeros,
 // one rank holding everything, even, all empty). Where the pieces are

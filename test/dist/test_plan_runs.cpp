@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What runs is what explain said: for every transition of the table, every
 // strategy it has, uneven lengths with zeros (support/dist.hpp), sharded
 // dims 0 and 1 (contiguous and strided pieces), float and double, at every

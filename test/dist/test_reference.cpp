@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The four-rank test of the reference module (shared/reference/collectives.py,
 // test()) as an acceptance test, reproduced exactly: for every case, each
 // rank's loss and every element of every gradient, and the gradient's layout

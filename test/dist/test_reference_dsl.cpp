@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The four-rank test of the reference module (shared/reference/collectives.py,
 // test()) in the lazy DSL spelling: each loss is an expression assigned to a
 // tensor whose layout is in its type (`Tensor<float, Replicated> loss =

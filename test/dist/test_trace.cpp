@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The timeline trace: start, a known sequence of transitions (forward and
 // backward), stop; the file on rank 0 must name every rank and hold every
 // collective each rank made, and off a span must cost next to nothing.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The docs test refuses a page whose block does not compile, for that block's error.
 
 usage: check_broken.py BUILD_ROOT SRC_ROOT FIXTURE

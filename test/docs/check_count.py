@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Every ```cpp block of the pages is in the docs program, and nothing else is.
 
 usage: check_count.py SRC_ROOT DOCS_BLOCKS [DOCS_BLOCKS_GPU]

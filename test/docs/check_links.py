@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Every relative link of README.md, CHANGELOG.md and docs/ leads somewhere, and every page of
 docs/ is reachable from README.md.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The blocks of the pages as the generated translation units register them
 // (test/docs/extract_blocks.py), and what docs_main.cpp runs.
 #pragma once

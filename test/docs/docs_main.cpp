@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The docs program: every ```cpp block of README.md and docs/ compiled into one
 // executable (test/docs/extract_blocks.py generates the units).
 //   docs_blocks --list        one line per block: its id (PAGE:LINE) and kind

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Turn every ```cpp block of README.md and docs/**/*.md into compiled code.
 
 usage:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Run one block of a page and compare its output with the output the page shows.
 
 usage: run_block.py DOCS_BLOCKS SRC_ROOT BLOCK_ID [MPIRUN [MPIRUN_ARGS...]]

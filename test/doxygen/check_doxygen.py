@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs doxygen on docs/api/Doxyfile (as `meson compile docs` does) and fails
 on any warning it reports: a public name without a comment, or a comment
 doxygen cannot read. Prints every warning.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """An example's --log file, and its plot: runs EXAMPLE on 2 ranks with
 --steps 6 --log, checks the CSV (one row per step, the sharded loss equal to
 the unsharded one, times positive), then draws it with scripts/plot_losses.py

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """A traced run of the main example: SHARDEX_TRACE=run.json megatron_mlp on
 3 ranks, --steps 4. The file must be valid Chrome trace JSON with one process
 per rank, and hold every collective on the 3-rank communicator: per step an

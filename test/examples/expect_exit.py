@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs a command that must fail in one particular way: its exit code must be
 CODE and its output (stdout and stderr together) must hold PHRASE exactly once
 (printed by one rank, not by each). CODE is a number or a name of the

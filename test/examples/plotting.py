@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """What check_log.py and check_trace.py share: their verdict on a file, then
 drawing it with one of the scripts/plot_*.py scripts. The plot is part of the
 test: without matplotlib the test says SKIP (77), never OK."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compile-fail cases: each `#elif SHARDEX_FAIL_CASE == N` block must fail to
 // compile with the message on its `// expect:` line (run_cases.py checks both).
 // Without SHARDEX_FAIL_CASE the file must compile: it is built as part of the

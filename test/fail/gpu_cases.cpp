@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compile-fail cases of the GPU backend (run_cases.py, as for cases.cpp): a
 // strategy NCCL cannot run, and a fused tree too long for one GPU pass. Built
 // only with the GPU backend; without SHARDEX_FAIL_CASE it must compile.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Programs that used to hang a job (issue #10's table), one per case name:
 //
 //   mpirun -n 3 fault_cases CASE

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The faults suite: runs each case of fault_cases.cpp under mpirun with a
 short watchdog deadline and checks that the job ends with a non-zero exit (the
 exact one where mpirun's is known: a killed rank) and a clear message within

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes the fuzzer's seed corpus (test/fuzz/corpus/*.safetensors): small valid files of every
 dtype, and the malformed cases of docs/guides/untrusted-files.md. Run it again after changing it
 (python3 test/fuzz/make_corpus.py); the files are committed, so the fuzzer does not need it."""

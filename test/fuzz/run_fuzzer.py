@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Builds the safetensors libFuzzer target with clang++ and runs it for a bounded time.
 
     run_fuzzer.py SOURCE_ROOT BUILD_DIR [SECONDS]

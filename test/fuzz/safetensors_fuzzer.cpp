@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A libFuzzer target for the safetensors reader (test/fuzz/run_fuzzer.py builds
 // and runs it): every input is a whole file. What must hold for any bytes:
 // - parse_header (src/safetensors.cpp) returns or throws shardex::error, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The GPU backend against the host, on the same data: every transition with
 // every strategy NCCL can run, forward and backward, and every local
 // operation (fused element-wise trees, matmul, sum, transpose, reshape,

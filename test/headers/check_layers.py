@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Fails when a header includes one from a higher layer (docs/architecture.md, "Layers"),
 or when a static_assert's text is written anywhere but the catalogue.
 

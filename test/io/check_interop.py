@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Interop of shardex's safetensors files with Python (issue #14).
 
     check_interop.py INTEROP_EXE MPIRUN [MPIRUN_ARGS...]

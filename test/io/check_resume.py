@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Resume at another world size (issue #14).
 
     check_resume.py MEGATRON_MLP DP_TP_MLP INTEROP MPIRUN [MPIRUN_ARGS...]

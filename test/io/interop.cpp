@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The C++ side of the safetensors interop test (check_interop.py):
 //   interop write PATH   saves "a" (float32, 3 x 5, sharded along dim 1) and
 //                        "b" (float64, 4, sharded along dim 0), values

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The test runner across ranks: doctest runs on every rank; each rank's
 // report is kept, and rank 0 prints the reports of the failing ranks (each
 // line prefixed with its rank) and one summary combining all ranks. The exit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The MPI communicator: rank and size, sub-communicators, the primitives, and
 // MPI errors turned into backend_error with MPI's own error string.
 #include <doctest/doctest.h>

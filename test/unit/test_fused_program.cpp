@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The GPU's fused element-wise pass, checked on the CPU: a fused tree written
 // out as a FusedProgram and run by its interpreter (the code the CUDA kernels
 // run, compiled here for the host) gives the values and the gradients of the

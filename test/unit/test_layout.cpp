@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Layouts, lengths, dual and the transition table: compile-time facts checked
 // with static_assert, run-time mapping checks with doctest.
 #include <doctest/doctest.h>

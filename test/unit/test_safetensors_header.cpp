@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The safetensors header reader on untrusted bytes (io/safetensors_header.hpp,
 // src/safetensors.cpp), one case per row of the malformed-header table of
 // docs/guides/untrusted-files.md: each file gets exactly the error shown there

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The element conversions of checkpoints (io/stored_dtype.hpp): BF16 and F16
 // bits to float and back, checked against oracles that do not share the
 // conversion's code:

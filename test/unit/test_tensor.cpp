@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensor construction and access, and the basics of autodiff on one tensor:
 // zeros/ones/full, from_function, from_local/view_local, clone, the local
 // geometry of static and dynamic lengths (1-d to 4-d, zero-length parts),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `Adam<P...>`: Adam (Kingma & Ba) over parameters whose gradient has

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `backward(loss)`: the reverse pass over the graph of `TensorNode`s

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `grad_norm(params...)`: the 2-norm of the parameters' gradients as

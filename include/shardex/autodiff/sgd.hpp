@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `sgd_step(lr, params...)`: p -= lr * grad(p), then zero_grad, for

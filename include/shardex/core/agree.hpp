@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Cross-rank agreement before a collective: the mechanism behind "a bad

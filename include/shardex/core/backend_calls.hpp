@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `BackendCallRecorder`: while one is alive on a thread, every call

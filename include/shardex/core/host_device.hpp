@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `SHARDEX_HD` marks the few functions compiled for both the CPU and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `Shape`: the extents of a row-major N-d array (N <= Shape::max_rank),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `StridedBlock`: one piece of a tensor's local storage as a backend

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief The host watchdog: every blocking MPI call is armed with a deadline,

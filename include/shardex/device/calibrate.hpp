@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `measure_speeds` and `measured_lengths`: uneven lengths from each

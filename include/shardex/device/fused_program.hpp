@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `FusedProgram<T>`: a fused element-wise tree flattened into a short

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `attention(q, k, v)`: softmax(q k^T / sqrt(dh)) v for every head, on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `Elementwise<Op, Args...>`: fused element-wise expressions.

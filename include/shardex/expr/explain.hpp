@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `explain(expr)`: the plan evaluating `expr` will run on this rank,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `TensorExpr`: a tensor or a lazy expression over tensors.

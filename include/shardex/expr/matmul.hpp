@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `matmul(a, b)`: the local product of 2-d tensors, with the layout

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `Plan`: what evaluating an expression will run, as `explain(expr)`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `Redistribute<E, To>`: a lazy layout transition, and the planner

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief The layout rules of local operations (their compile errors' texts

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Sums: `sum(x)` over all dims (a 0-d result) and `sum<K>(x)` over dim

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `transpose(x)` of a 2-d tensor: S(0) <-> S(1), other layouts kept.

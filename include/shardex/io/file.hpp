@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Parallel file I/O of boxes of row-major arrays: every rank writes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Sharded checkpoints in one standard file: `save(path, tensors)`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief The four layout kinds and `dual`, the layout a gradient takes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Shard lengths, static or dynamic, behind one API (as `std::extents`

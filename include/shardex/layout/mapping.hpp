@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `layout_mapping<L>`: the run-time part of a layout, as mdspan's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Lowering plans of reduce_scatter over uneven shards (the transpose of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `axis<"tp">`: the name of a mesh axis, as a type. A transition

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `per_axis<L_0, ..., L_{n-1}>`: the layout of a tensor on each axis

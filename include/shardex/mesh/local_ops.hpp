@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief The local operations on mesh tensors: matmul, add_bias, +, -, *,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `DeviceMesh<Device, Axes...>` (`Mesh<Axes...>` on the host): a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `MeshTensor<T, Mesh, per_axis<L_0, ..., L_{n-1}>>`: a rank's local

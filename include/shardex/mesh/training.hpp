@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Training on a mesh: `backward(loss)` and `backward(y, dy)` over the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Transitions along one mesh axis: `all_gather<tp>(x)`,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Printing a host tensor's local part: "[[1, 1], [1, 1]]", numbers in

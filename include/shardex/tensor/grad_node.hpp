@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief A node of the reverse-mode graph: a `Node` per differentiable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `Tensor<T, Layout, Device>`: a rank's local part of a global tensor,

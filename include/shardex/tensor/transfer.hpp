@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `to<Device>(x, comm)`: the same global tensor on another device,

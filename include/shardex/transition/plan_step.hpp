@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `PlanStep`: one step of a plan, as the entry of the transition table

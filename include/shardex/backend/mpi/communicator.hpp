@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `shardex::mpi::Communicator`: a shared RAII handle to an MPI

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief RAII set-up and tear-down of MPI. Construct one in `main` before any

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Output from every rank, in rank order, on rank 0 (mpirun interleaves

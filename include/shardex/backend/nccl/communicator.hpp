@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief `shardex::nccl::Communicator`: a shared RAII handle to an NCCL

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Batched row-major GEMM on the GPU through cuBLAS (src/cuda/blas.cpp),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief The `Cuda` device: tensors in GPU memory (cudaMalloc, RAII through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief The pieces of the CUDA runtime shardex uses, behind functions that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 /// @file
 /// @brief Eigen maps over host memory: the local math of host tensors.

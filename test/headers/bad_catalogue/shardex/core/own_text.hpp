@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A fixture for check_layers.py, never compiled: a compile error whose text is
 // written here instead of core/compile_errors.hpp, which the check must refuse
