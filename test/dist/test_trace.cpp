@@ -113,7 +113,7 @@ TEST_CASE("trace: names and args with quotes, backslashes, control characters an
   }
 }
 
-TEST_CASE("trace: off, a span costs a few nanoseconds") {
+TEST_CASE("trace: off, a span costs a few nanoseconds" * doctest::skip(test::sanitized)) {
   REQUIRE(!trace::enabled());
   const int spans = 2'000'000;
   const auto t0 = std::chrono::steady_clock::now();

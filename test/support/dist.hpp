@@ -32,6 +32,21 @@ inline int launched_ranks() {
   return 1;
 }
 
+/// Whether this program is built with AddressSanitizer (the sanitizer build):
+/// a test case that measures time skips there (`doctest::skip(sanitized)`),
+/// since ASan's checks are in every load and store it times.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+#else
+inline constexpr bool sanitized = false;
+#endif
+
 /// Why this test program cannot run here; empty when it can (see mpi_main.cpp).
 std::string skip_reason();
 
