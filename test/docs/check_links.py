@@ -54,12 +54,13 @@ for page in pages:
                 graph[page].add(dest)
                 if anchor and anchor not in heading_text(os.path.join(root, dest)):
                     problems.append(f"{page}:{n}: {target}: {dest} has no heading #{anchor}")
-seen, todo = {"README.md"}, ["README.md"]
-while todo:
-    for d in graph.get(todo.pop(), ()):
+# The pages reachable from README.md: a walk of the link graph.
+seen, frontier = {"README.md"}, ["README.md"]
+while frontier:
+    for d in graph.get(frontier.pop(), ()):
         if d not in seen:
             seen.add(d)
-            todo.append(d)
+            frontier.append(d)
 for page in pages:
     if page.startswith("docs/") and page not in seen:
         problems.append(f"{page}: not reachable from README.md")
