@@ -171,6 +171,15 @@ void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t cou
         "MPI_Allreduce");
 }
 
+void Communicator::all_reduce_max_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
+  detail::record_backend_call("all_reduce_max", count * dtype_bytes(dt));
+  const MPI_Datatype t = mpi_type(dt);
+  const int n = to_count(count, "MPI_Allreduce (MPI_MAX)");
+  const Watched timer(*this, "MPI_Allreduce (MPI_MAX)");
+  check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, MPI_MAX, need(native(), "MPI_Allreduce (MPI_MAX)")),
+        "MPI_Allreduce (MPI_MAX)");
+}
+
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
   detail::record_backend_call("all_to_all", size() * count * dtype_bytes(dt));
   const MPI_Datatype t = mpi_type(dt);

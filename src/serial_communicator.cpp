@@ -139,6 +139,13 @@ void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t cou
   if (send != recv) copy(send, recv, count, t);  // the sum over one rank is its own buffer
 }
 
+void Communicator::all_reduce_max_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
+  detail::record_backend_call("all_reduce_max", count * dtype_bytes(t));
+  need(handle_.get(), "all_reduce_max");
+  need_count(count, "all_reduce_max");
+  if (send != recv) copy(send, recv, count, t);  // the maximum over one rank is its own buffer
+}
+
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
   detail::record_backend_call("all_to_all", count * dtype_bytes(t));
   need(handle_.get(), "all_to_all");

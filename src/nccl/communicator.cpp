@@ -227,12 +227,14 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
          "ncclReduceScatter");
 }
 
-void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {
+void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t,
+                                  ncclRedOp_t op) const {
   if (count == 0) return;
-  detail::record_backend_call("all_reduce", count * elem_bytes(t));
-  begin("all_reduce");
-  finish(ncclAllReduce(send, recv, static_cast<std::size_t>(count), t, ncclSum, handle_->comm, handle_->stream),
-         "ncclAllReduce");
+  const char* what = op == ncclMax ? "all_reduce_max" : "all_reduce";
+  detail::record_backend_call(what, count * elem_bytes(t));
+  begin(what);
+  finish(ncclAllReduce(send, recv, static_cast<std::size_t>(count), t, op, handle_->comm, handle_->stream),
+         op == ncclMax ? "ncclAllReduce (ncclMax)" : "ncclAllReduce");
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const {

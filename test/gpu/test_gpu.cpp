@@ -311,6 +311,30 @@ TEST_CASE("the NCCL communicator: ranks, device, and v_collective refused at run
                        invalid_argument);
 }
 
+TEST_CASE_TEMPLATE("the NCCL max all-reduce matches the host's, in place and out of place", T, float, double) {
+  const int me = host().rank();
+  constexpr std::int64_t count = 5;
+  std::vector<T> mine(count), want(count, T(0));
+  for (std::int64_t i = 0; i < count; ++i) mine[static_cast<std::size_t>(i)] = static_cast<T>((i * 7 + me * 3) % 11) - T(5);
+  host().all_reduce_max(mine.data(), want.data(), count);
+  auto send = Cuda::allocate<T>(count), recv = Cuda::allocate<T>(count);
+  Cuda::upload(send.get(), mine.data(), count);
+  BackendCallRecorder rec;
+  gpu().all_reduce_max(send.get(), recv.get(), count);
+  std::vector<T> got(count, T(99));
+  Cuda::download(got.data(), recv.get(), count);
+  CHECK(got == want);
+  gpu().all_reduce_max(send.get(), count);
+  Cuda::download(got.data(), send.get(), count);
+  CHECK(got == want);
+  REQUIRE(rec.calls().size() == 2);
+  CHECK(std::string(rec.calls()[0].primitive) == "all_reduce_max");
+  gpu().all_reduce_max(send.get(), 0);  // nothing to move: returns on every rank, the buffer as it was
+  Cuda::download(got.data(), send.get(), count);
+  CHECK(got == want);
+  CHECK(rec.calls().size() == 2);  // and calls nothing
+}
+
 }  // namespace
 
 namespace {

@@ -3,8 +3,12 @@
 // MPI errors turned into backend_error with MPI's own error string.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <shardex.hpp>
+#include <string>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 #include "shardex/core/watchdog.hpp"
 
@@ -50,6 +54,51 @@ TEST_CASE("split makes sub-communicators whose collectives stay inside them") {
   for (int i = 0; i < half.size(); ++i) CHECK(y.data()[i] == double(w.rank() % 2 + 2 * i));
   auto node = w.split_node_local();
   CHECK(node.size() >= 1);
+}
+
+TEST_CASE_TEMPLATE("all_reduce_max: the element-wise maximum over ranks, in place and out of place", T, float, double,
+                   std::int64_t) {
+  const auto& w = world();
+  const int n = w.size(), me = w.rank();
+  // Element i's maximum sits on rank i % n; the others hold smaller values,
+  // negative ones (and -inf for the floating types) among them.
+  constexpr std::int64_t count = 7;
+  std::vector<T> mine(count), want(count);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const int owner = static_cast<int>(i % n);
+    const T top = static_cast<T>(3 * i - 10);
+    want[static_cast<std::size_t>(i)] = top;
+    T other = static_cast<T>(top - 1 - me);
+    if constexpr (std::is_floating_point_v<T>)
+      if (i == 2) other = -std::numeric_limits<T>::infinity();
+    mine[static_cast<std::size_t>(i)] = me == owner ? top : other;
+  }
+  std::vector<T> out(count, T(99));
+  BackendCallRecorder rec;
+  w.all_reduce_max(mine.data(), out.data(), count);
+  CHECK(out == want);
+  CHECK(mine[0] == (me == 0 ? want[0] : static_cast<T>(want[0] - 1 - me)));  // the send buffer is untouched
+  std::vector<T> buf = mine;
+  w.all_reduce_max(buf.data(), count);
+  CHECK(buf == want);
+  // The recorder sees both calls as the max all-reduce, with the bytes each rank sends.
+  REQUIRE(rec.calls().size() == 2);
+  for (const auto& c : rec.calls()) {
+    CHECK(std::string(c.primitive) == "all_reduce_max");
+    CHECK(c.bytes == count * static_cast<std::int64_t>(sizeof(T)));
+  }
+  // Zero elements move nothing and return at once on every rank.
+  w.all_reduce_max(buf.data(), 0);
+  CHECK(buf == want);
+  // A sub-communicator's maximum is over its own ranks only.
+  auto half = w.split(me % 2, me);
+  T v = static_cast<T>(me);
+  half.all_reduce_max(&v, 1);
+  int top = me % 2;
+  while (top + 2 < n) top += 2;
+  CHECK(v == static_cast<T>(top));
+  mpi::Communicator empty;
+  CHECK_THROWS_WITH_AS(empty.all_reduce_max(&v, 1), doctest::Contains("the communicator is empty"), error);
 }
 
 #if SHARDEX_WITH_MPI

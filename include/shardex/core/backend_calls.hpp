@@ -30,7 +30,7 @@ namespace shardex {
 
 /// One call to a communication backend, as a BackendCallRecorder saw it.
 struct BackendCall {
-  /// all_gather, all_gather_v, reduce_scatter, reduce_scatter_v, all_reduce,
+  /// all_gather, all_gather_v, reduce_scatter, reduce_scatter_v, all_reduce, all_reduce_max,
   /// all_to_all, all_to_all_v, exchange_blocks, broadcast, reduce, send, recv,
   /// or agreement (the cross-rank check before a collective, core/agree.hpp).
   const char* primitive = "";

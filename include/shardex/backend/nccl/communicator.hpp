@@ -178,6 +178,16 @@ public:
   void all_reduce(const T* send, T* recv, std::int64_t count) const {
     all_reduce_raw(send, recv, count, datatype<T>());
   }
+  /// The element-wise maximum over ranks of `buf`, in place (ncclMax).
+  template <class T>
+  void all_reduce_max(T* buf, std::int64_t count) const {
+    all_reduce_raw(buf, buf, count, datatype<T>(), ncclMax);
+  }
+  /// The element-wise maximum over ranks of every rank's `send` into `recv`.
+  template <class T>
+  void all_reduce_max(const T* send, T* recv, std::int64_t count) const {
+    all_reduce_raw(send, recv, count, datatype<T>(), ncclMax);
+  }
   /// Block i of `count` elements of `send` to rank i; block j of `recv` from rank j.
   template <class T>
   void all_to_all(const T* send, T* recv, std::int64_t count) const {
@@ -209,7 +219,8 @@ private:
   const Handle& handle(const char* what) const;
   void all_gather_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
   void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
-  void all_reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
+  void all_reduce_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t,
+                      ncclRedOp_t op = ncclSum) const;
   void all_to_all_raw(const void* send, void* recv, std::int64_t count, ncclDataType_t t) const;
   void broadcast_raw(void* buf, std::int64_t count, ncclDataType_t t, int root) const;
   /// Orders this communicator's stream after the compute stream.
