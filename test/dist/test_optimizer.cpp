@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+// Adam with decoupled weight decay (autodiff/adam.hpp) and the warm-up +
+// cosine schedule (autodiff/lr_schedule.hpp), at every world size:
+// - a Megatron MLP's parameters (A column-, B row-parallel, a sharded bias,
+//   the Invariant bias b) with random lengths, zeros among them, trained a few
+//   steps with AdamW under the schedule, the biases left out of the decay:
+//   the parameters equal the same model's on one rank, and a scalar
+//   re-computation of torch.optim.AdamW's update on the gathered gradients;
+// - the schedule's values at its corners (first warm-up step, the peak, the
+//   middle of the decay, the floor) and its bad input;
+// - bad hyper-parameters refused with their names.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <shardex.hpp>
+#include <shardex/autodiff/adam.hpp>
+#include <shardex/autodiff/lr_schedule.hpp>
+
+#include "support/dist.hpp"
+
+using namespace shardex;
+
+namespace {
+
+using Lens = std::vector<std::int64_t>;
+const mpi::Communicator& world() { return test::world(); }
+
+double value_at(std::span<const std::int64_t> idx, int salt) {
+  std::int64_t k = salt;
+  for (auto i : idx) k = k * 131 + i;
+  return std::sin(0.37 * static_cast<double>(k)) * 0.5;
+}
+
+template <class L>
+Tensor<double, L> make(const mpi::Communicator& comm, const Shape& g, int salt, const Lens& ls) {
+  const auto f = [&](std::span<const std::int64_t> idx) { return value_at(idx, salt); };
+  if constexpr (is_sharded_v<L>)
+    return Tensor<double, L>::from_function(comm, g, f, layout_mapping<L>(ls));
+  else
+    return Tensor<double, L>::from_function(comm, g, f);
+}
+
+/// The global values of a tensor, on every rank.
+template <class L>
+std::vector<double> global(const Tensor<double, L>& t) {
+  Tensor<double, Invariant> whole = redistribute<Invariant>(t);
+  return {whole.local().begin(), whole.local().end()};
+}
+
+struct Mlp {
+  static constexpr std::int64_t H = 3, T = 4;
+  Tensor<double, Sharded<1>> A;  // (H, F)
+  Tensor<double, Sharded<0>> a;  // (F)
+  Tensor<double, Sharded<0>> B;  // (F, H)
+  Tensor<double, Invariant> b;   // (H)
+
+  /// F = the sum of the lengths ls.
+  Mlp(const mpi::Communicator& comm, const Lens& ls, std::int64_t F)
+      : A(make<Sharded<1>>(comm, {H, F}, 1, ls)),
+        a(make<Sharded<0>>(comm, {F}, 2, ls)),
+        B(make<Sharded<0>>(comm, {F, H}, 3, ls)),
+        b(make<Invariant>(comm, {H}, 4, {})) {
+    A.requires_grad(), a.requires_grad(), B.requires_grad(), b.requires_grad();
+  }
+  /// Forward and backward of sum(Y * Y) / 2 for a fixed input of this step.
+  void backward_once(int step) {
+    const auto x = make<Invariant>(A.comm(), {T, H}, 5 + step, {});
+    const auto h = gelu(add_bias(matmul(replicate(x), A), a));
+    Tensor<double, Invariant> y = add_bias(all_reduce<Invariant>(matmul(h, B)), b);
+    Tensor<double, Invariant> loss = sum(y * y) / 2.0;
+    backward(loss);
+  }
+};
+
+/// torch.optim.AdamW's single-tensor update of one parameter, as written
+/// there: decay, the moments, then p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
+struct TorchAdamW {
+  std::vector<double> m, v;
+  void step(std::vector<double>& p, const std::vector<double>& g, const AdamOptions& o, double lr, bool decay,
+            std::int64_t t) {
+    if (m.empty()) m.assign(p.size(), 0.0), v.assign(p.size(), 0.0);
+    const double bc1 = 1 - std::pow(o.beta1, static_cast<double>(t)),
+                 bc2 = 1 - std::pow(o.beta2, static_cast<double>(t));
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (decay) p[i] *= 1 - lr * o.weight_decay;
+      m[i] = m[i] * o.beta1 + g[i] * (1 - o.beta1);
+      v[i] = v[i] * o.beta2 + g[i] * g[i] * (1 - o.beta2);
+      p[i] -= (lr / bc1) * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + o.eps);
+    }
+  }
+};
+
+double max_rel_diff(const std::vector<double>& x, const std::vector<double>& y) {
+  REQUIRE(x.size() == y.size());
+  double d = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]) / std::max(1.0, std::abs(y[i])));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("AdamW under the warm-up + cosine schedule: the sharded model equals one rank's and torch's update") {
+  const int n = world().size();
+  auto rng = test::shared_rng(41);
+  const AdamOptions o{.lr = 0, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.3};
+  const WarmupCosine schedule{.peak = 0.05, .floor = 0.005, .warmup = 2, .total = 5};
+  for (const auto& ls : test::lengths_cases(rng, n, {.max_total = 9})) {
+    CAPTURE(ls);
+    std::int64_t F = 0;
+    for (auto l : ls) F += l;
+    Mlp sharded(world(), ls, F);
+    const auto one = world().split(world().rank(), 0);  // every rank: the same model on one rank
+    Mlp alone(one, Lens{F}, F);
+    Adam adam(o, sharded.A, no_weight_decay(sharded.a), sharded.B, no_weight_decay(sharded.b));
+    Adam adam1(o, alone.A, no_weight_decay(alone.a), alone.B, no_weight_decay(alone.b));
+    CHECK(adam.decays(0));
+    CHECK_FALSE(adam.decays(1));
+    // The reference: torch's formula on the gathered values, one vector per parameter.
+    std::vector<std::vector<double>> p = {global(sharded.A), global(sharded.a), global(sharded.B), global(sharded.b)};
+    std::vector<TorchAdamW> ref(4);
+    const bool decays[4] = {true, false, true, false};
+    for (int step = 0; step < 6; ++step) {
+      CAPTURE(step);
+      sharded.backward_once(step);
+      alone.backward_once(step);
+      const std::vector<std::vector<double>> g = {global(sharded.A.grad()), global(sharded.a.grad()),
+                                                  global(sharded.B.grad()), global(sharded.b.grad())};
+      const double lr = schedule(adam.steps());
+      adam.set_lr(lr);
+      adam1.set_lr(lr);
+      adam.step(sharded.A, sharded.a, sharded.B, sharded.b);
+      adam1.step(alone.A, alone.a, alone.B, alone.b);
+      for (int k = 0; k < 4; ++k) ref[k].step(p[k], g[k], o, lr, decays[k], adam.steps());
+      CHECK(max_rel_diff(global(sharded.A), global(alone.A)) <= 1e-12);
+      CHECK(max_rel_diff(global(sharded.a), global(alone.a)) <= 1e-12);
+      CHECK(max_rel_diff(global(sharded.B), global(alone.B)) <= 1e-12);
+      CHECK(max_rel_diff(global(sharded.b), global(alone.b)) <= 1e-12);
+      CHECK(max_rel_diff(global(sharded.A), p[0]) <= 1e-12);
+      CHECK(max_rel_diff(global(sharded.a), p[1]) <= 1e-12);
+      CHECK(max_rel_diff(global(sharded.B), p[2]) <= 1e-12);
+      CHECK(max_rel_diff(global(sharded.b), p[3]) <= 1e-12);
+      CHECK_FALSE(sharded.A.has_grad());  // step zeroes the gradients
+    }
+    // The moments are laid out like the parameters, lengths included.
+    CHECK(std::get<0>(adam.first_moments()).mapping() == sharded.A.mapping());
+    CHECK(std::get<2>(adam.second_moments()).mapping() == sharded.B.mapping());
+  }
+}
+
+TEST_CASE("weight decay alone: one step with a zero gradient shrinks decayed parameters by 1 - lr * weight_decay") {
+  auto w = make<Invariant>(world(), {5}, 9, {});
+  auto keep = make<Invariant>(world(), {5}, 10, {});
+  const auto w0 = global(w), keep0 = global(keep);
+  w.requires_grad(), keep.requires_grad();
+  Tensor<double, Invariant> loss = sum(w * 0.0) + sum(keep * 0.0);
+  backward(loss);
+  Adam adam(AdamOptions{.lr = 0.1, .weight_decay = 0.5}, w, no_weight_decay(keep));
+  adam.step(w, keep);
+  const auto w1 = global(w), keep1 = global(keep);
+  for (std::size_t i = 0; i < w0.size(); ++i) {
+    CHECK(w1[i] == doctest::Approx(w0[i] * 0.95).epsilon(1e-14));
+    CHECK(keep1[i] == keep0[i]);
+  }
+}
+
+TEST_CASE("WarmupCosine: linear warm-up to the peak, half a cosine down to the floor, then the floor") {
+  const WarmupCosine s{.peak = 1.0, .floor = 0.1, .warmup = 4, .total = 14};
+  CHECK(s(0) == doctest::Approx(0.25));
+  CHECK(s(3) == doctest::Approx(1.0));
+  CHECK(s(4) == doctest::Approx(1.0));                 // the decay starts at the peak
+  CHECK(s(9) == doctest::Approx(0.55));                // halfway: floor + (peak - floor) / 2
+  CHECK(s(14) == doctest::Approx(0.1));                // the floor at total
+  CHECK(s(1000) == doctest::Approx(0.1));              // and after
+  CHECK(s(6) > s(7));                                  // falling
+  CHECK(WarmupCosine{.peak = 2, .warmup = 0, .total = 1}(0) == doctest::Approx(2.0));  // no warm-up
+  CHECK_THROWS_WITH_AS(static_cast<void>(s(-1)), doctest::Contains("needs step >= 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(WarmupCosine{.peak = 1, .warmup = 5, .total = 4}(0)), doctest::Contains("warmup <= total"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(WarmupCosine{.peak = 0.1, .floor = 0.2, .total = 4}(0)), doctest::Contains("floor <= peak"),
+                       invalid_argument);
+}
+
+TEST_CASE("Adam refuses bad hyper-parameters, naming them") {
+  auto w = make<Invariant>(world(), {2}, 3, {});
+  CHECK_THROWS_WITH_AS(Adam(AdamOptions{.lr = -1}, w), doctest::Contains("the learning rate must be finite"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(Adam(AdamOptions{.beta1 = 1.0}, w), doctest::Contains("beta1 must be in [0, 1)"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(Adam(AdamOptions{.beta2 = -0.1}, w), doctest::Contains("beta2 must be in [0, 1)"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(Adam(AdamOptions{.eps = 0}, w), doctest::Contains("eps must be finite and > 0"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(Adam(AdamOptions{.weight_decay = NAN}, w), doctest::Contains("weight_decay must be finite"),
+                       invalid_argument);
+  Adam adam(AdamOptions{}, w);
+  CHECK_THROWS_WITH_AS(adam.set_lr(INFINITY), doctest::Contains("set_lr"), invalid_argument);
+}
