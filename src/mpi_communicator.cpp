@@ -162,22 +162,15 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
         "MPI_Reduce_scatter_block");
 }
 
-void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
-  detail::record_backend_call("all_reduce", count * dtype_bytes(dt));
+void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype dt, Reduction op) const {
+  const bool max = op == Reduction::max;
+  detail::record_backend_call(max ? "all_reduce_max" : "all_reduce", count * dtype_bytes(dt));
+  const char* call = max ? "MPI_Allreduce (MPI_MAX)" : "MPI_Allreduce";
   const MPI_Datatype t = mpi_type(dt);
-  const int n = to_count(count, "MPI_Allreduce");
-  const Watched timer(*this, "MPI_Allreduce");
-  check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, MPI_SUM, need(native(), "MPI_Allreduce")),
-        "MPI_Allreduce");
-}
-
-void Communicator::all_reduce_max_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {
-  detail::record_backend_call("all_reduce_max", count * dtype_bytes(dt));
-  const MPI_Datatype t = mpi_type(dt);
-  const int n = to_count(count, "MPI_Allreduce (MPI_MAX)");
-  const Watched timer(*this, "MPI_Allreduce (MPI_MAX)");
-  check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, MPI_MAX, need(native(), "MPI_Allreduce (MPI_MAX)")),
-        "MPI_Allreduce (MPI_MAX)");
+  const int n = to_count(count, call);
+  const Watched timer(*this, call);
+  check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, max ? MPI_MAX : MPI_SUM, need(native(), call)),
+        call);
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype dt) const {

@@ -132,18 +132,12 @@ void Communicator::reduce_scatter_raw(const void* send, void* recv, std::int64_t
   copy(send, recv, count, t);
 }
 
-void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
-  detail::record_backend_call("all_reduce", count * dtype_bytes(t));
-  need(handle_.get(), "all_reduce");
-  need_count(count, "all_reduce");
-  if (send != recv) copy(send, recv, count, t);  // the sum over one rank is its own buffer
-}
-
-void Communicator::all_reduce_max_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {
-  detail::record_backend_call("all_reduce_max", count * dtype_bytes(t));
-  need(handle_.get(), "all_reduce_max");
-  need_count(count, "all_reduce_max");
-  if (send != recv) copy(send, recv, count, t);  // the maximum over one rank is its own buffer
+void Communicator::all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t, Reduction op) const {
+  const char* what = op == Reduction::max ? "all_reduce_max" : "all_reduce";
+  detail::record_backend_call(what, count * dtype_bytes(t));
+  need(handle_.get(), what);
+  need_count(count, what);
+  if (send != recv) copy(send, recv, count, t);  // the sum (or maximum) over one rank is its own buffer
 }
 
 void Communicator::all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype t) const {

@@ -26,6 +26,7 @@
 #include <shardex/mesh.hpp>
 
 #include "support/dist.hpp"
+#include "support/smooth_tensor.hpp"
 
 using namespace shardex;
 
@@ -33,12 +34,6 @@ namespace {
 
 using Lens = std::vector<std::int64_t>;
 const mpi::Communicator& world() { return test::world(); }
-
-double value_at(std::span<const std::int64_t> idx, int salt) {
-  std::int64_t k = salt;
-  for (auto i : idx) k = k * 131 + i;
-  return std::sin(0.37 * static_cast<double>(k)) * 0.5;
-}
 
 struct Mlp {
   Tensor<double, Sharded<1>> A;  // (H, F)
@@ -55,11 +50,7 @@ struct Mlp {
   }
   template <class L>
   static Tensor<double, L> make(const mpi::Communicator& comm, const Shape& g, int salt, const Lens& ls) {
-    const auto f = [&](std::span<const std::int64_t> idx) { return value_at(idx, salt); };
-    if constexpr (is_sharded_v<L>)
-      return Tensor<double, L>::from_function(comm, g, f, layout_mapping<L>(ls));
-    else
-      return Tensor<double, L>::from_function(comm, g, f);
+    return test::smooth_tensor<L>(comm, g, salt, ls);
   }
   /// Forward and backward of sum(Y * Y) / 2 for a fixed input.
   void backward_once(std::int64_t T) {

@@ -221,12 +221,12 @@ public:
   /// row maxima of a vocab-parallel cross-entropy.
   template <class T>
   void all_reduce_max(T* buf, std::int64_t count) const {
-    all_reduce_max_raw(buf, buf, count, dtype_of<T>());
+    all_reduce_raw(buf, buf, count, dtype_of<T>(), Reduction::max);
   }
   /// The element-wise maximum over ranks of every rank's `send` into `recv`.
   template <class T>
   void all_reduce_max(const T* send, T* recv, std::int64_t count) const {
-    all_reduce_max_raw(send, recv, count, dtype_of<T>());
+    all_reduce_raw(send, recv, count, dtype_of<T>(), Reduction::max);
   }
   /// Block i of `count` elements of `send` to rank i; block j of `recv` from rank j.
   template <class T>
@@ -293,8 +293,10 @@ private:
   explicit Communicator(std::shared_ptr<Handle> h);
   void all_gather_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
   void reduce_scatter_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
-  void all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
-  void all_reduce_max_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
+  /// What an all-reduce computes over the ranks.
+  enum class Reduction { sum, max };
+  void all_reduce_raw(const void* send, void* recv, std::int64_t count, Dtype t,
+                      Reduction op = Reduction::sum) const;
   void all_to_all_raw(const void* send, void* recv, std::int64_t count, Dtype t) const;
   void broadcast_raw(void* buf, std::int64_t count, Dtype t, int root) const;
   void all_gather_v_raw(const void* send, std::int64_t count, void* recv, std::span<const std::int64_t> counts,
