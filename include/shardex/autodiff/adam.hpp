@@ -111,9 +111,7 @@ public:
   [[nodiscard]] const AdamOptions& options() const noexcept { return o_; }
   /// The learning rate of the next steps (a schedule sets it before each step).
   void set_lr(double lr) {
-    if (!std::isfinite(lr) || lr < 0)
-      throw invalid_argument("shardex::Adam::set_lr: the learning rate must be finite and >= 0, not " +
-                             std::to_string(lr));
+    check_lr(lr, "shardex::Adam::set_lr");
     o_.lr = lr;
   }
   /// Whether parameter i (in the constructor's order) takes the weight decay.
@@ -128,11 +126,16 @@ public:
   [[nodiscard]] std::tuple<P...>& second_moments() noexcept { return v_; }
 
 private:
+  static void check_lr(double lr, const char* who) {
+    if (!std::isfinite(lr) || lr < 0)
+      throw invalid_argument(std::string(who) + ": the learning rate must be finite and >= 0, not " +
+                             std::to_string(lr));
+  }
   static AdamOptions checked(const AdamOptions& o) {
     const auto bad = [](const char* what, double v) {
       return invalid_argument(std::string("shardex::Adam: ") + what + " " + std::to_string(v));
     };
-    if (!std::isfinite(o.lr) || o.lr < 0) throw bad("the learning rate must be finite and >= 0, not", o.lr);
+    check_lr(o.lr, "shardex::Adam");
     if (!(o.beta1 >= 0 && o.beta1 < 1)) throw bad("beta1 must be in [0, 1), not", o.beta1);
     if (!(o.beta2 >= 0 && o.beta2 < 1)) throw bad("beta2 must be in [0, 1), not", o.beta2);
     if (!(o.eps > 0) || !std::isfinite(o.eps)) throw bad("eps must be finite and > 0, not", o.eps);
