@@ -39,6 +39,8 @@
 #include "shardex/layout/lengths.hpp"            // IWYU pragma: export
 #include "shardex/layout/mapping.hpp"            // IWYU pragma: export
 #include "shardex/lower/strategy.hpp"            // IWYU pragma: export
+#include "shardex/nn/cross_entropy.hpp"          // IWYU pragma: export
+#include "shardex/nn/embedding.hpp"              // IWYU pragma: export
 #include "shardex/tensor/format.hpp"             // IWYU pragma: export
 #include "shardex/tensor/tensor.hpp"             // IWYU pragma: export
 #include "shardex/tensor/transfer.hpp"           // IWYU pragma: export

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shardex/device/cuda/runtime.hpp"
+#include "shardex/device/token_ops.hpp"
 
 namespace shardex::cuda::kernels {
 
@@ -121,7 +122,78 @@ __global__ void fused_backward_kernel(FusedProgram<T> program, const T* g, std::
     });
 }
 
+// The token layers: the element and row functions of device/token_ops.hpp,
+// one thread per element (embedding, the logit gradient) or per row (the row
+// max and sums, as softmax_rows above).
+template <class T, class I>
+__global__ void embedding_kernel(const T* table, const I* ids, T* out, std::int64_t n, std::int64_t width,
+                                 std::int64_t first, std::int64_t rows) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = tokens::embedding_at(table, ids, i, width, first, rows);
+}
+template <class T, class I>
+__global__ void embedding_backward_kernel(T* dtable, const I* ids, const T* g, std::int64_t n, std::int64_t width,
+                                          std::int64_t first, std::int64_t rows) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    tokens::embedding_grad_at(dtable, ids, g, i, width, first, rows, [](T* p, T v) { atomicAdd(p, v); });
+}
+template <class T>
+__global__ void row_max_kernel(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t t = first_index(); t < rows; t += grid_stride()) max[t] = tokens::row_max(logits + t * cols, cols);
+}
+template <class T, class I>
+__global__ void sum_exp_and_target_kernel(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
+                                          std::int64_t rows, std::int64_t cols, std::int64_t first) {
+  for (std::int64_t t = first_index(); t < rows; t += grid_stride())
+    tokens::row_sum_exp_and_target(logits + t * cols, cols, first, max[t], targets[t], sum_exp + t, target_logit + t);
+}
+template <class T, class I>
+__global__ void cross_entropy_backward_kernel(const T* logits, const I* targets, const T* max, const T* sum_exp,
+                                              const T* scale, T* dlogits, std::int64_t n, std::int64_t cols,
+                                              std::int64_t first) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    dlogits[i] = tokens::cross_entropy_grad_at(logits, targets, max, sum_exp, scale, i, cols, first);
+}
+
 }  // namespace
+
+template <class T, class I>
+void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width, std::int64_t first,
+               std::int64_t rows, cudaStream_t s) {
+  if (tokens * width <= 0) return;
+  embedding_kernel<<<grid_for(tokens * width), block_size, 0, s>>>(table, ids, out, tokens * width, width, first, rows);
+  check_launch("embedding");
+}
+template <class T, class I>
+void embedding_backward(T* dtable, const I* ids, const T* g, std::int64_t tokens, std::int64_t width,
+                        std::int64_t first, std::int64_t rows, cudaStream_t s) {
+  if (tokens * width <= 0 || rows <= 0) return;
+  embedding_backward_kernel<<<grid_for(tokens * width), block_size, 0, s>>>(dtable, ids, g, tokens * width, width,
+                                                                            first, rows);
+  check_launch("embedding backward");
+}
+template <class T>
+void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+  if (rows <= 0) return;
+  row_max_kernel<<<grid_for(rows), block_size, 0, s>>>(logits, max, rows, cols);
+  check_launch("row_max");
+}
+template <class T, class I>
+void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit, std::int64_t rows,
+                        std::int64_t cols, std::int64_t first, cudaStream_t s) {
+  if (rows <= 0) return;
+  sum_exp_and_target_kernel<<<grid_for(rows), block_size, 0, s>>>(logits, targets, max, sum_exp, target_logit, rows,
+                                                                  cols, first);
+  check_launch("sum_exp_and_target");
+}
+template <class T, class I>
+void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
+                            T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first, cudaStream_t s) {
+  if (rows * cols <= 0) return;
+  cross_entropy_backward_kernel<<<grid_for(rows * cols), block_size, 0, s>>>(logits, targets, max, sum_exp, scale,
+                                                                             dlogits, rows * cols, cols, first);
+  check_launch("cross_entropy backward");
+}
 
 template <class T>
 void fill(T* p, std::int64_t n, T v, cudaStream_t s) {
@@ -207,5 +279,23 @@ void fused_backward(const FusedProgram<T>& program, const T* g, std::int64_t n, 
 SHARDEX_INSTANTIATE(float)
 SHARDEX_INSTANTIATE(double)
 #undef SHARDEX_INSTANTIATE
+
+#define SHARDEX_INSTANTIATE_TOKENS(T, I)                                                                         \
+  template void embedding<T, I>(const T*, const I*, T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,  \
+                                cudaStream_t);                                                                   \
+  template void embedding_backward<T, I>(T*, const I*, const T*, std::int64_t, std::int64_t, std::int64_t,       \
+                                         std::int64_t, cudaStream_t);                                            \
+  template void sum_exp_and_target<T, I>(const T*, const I*, const T*, T*, T*, std::int64_t, std::int64_t,       \
+                                         std::int64_t, cudaStream_t);                                            \
+  template void cross_entropy_backward<T, I>(const T*, const I*, const T*, const T*, const T*, T*, std::int64_t, \
+                                             std::int64_t, std::int64_t, cudaStream_t);
+
+SHARDEX_INSTANTIATE_TOKENS(float, std::int32_t)
+SHARDEX_INSTANTIATE_TOKENS(float, std::int64_t)
+SHARDEX_INSTANTIATE_TOKENS(double, std::int32_t)
+SHARDEX_INSTANTIATE_TOKENS(double, std::int64_t)
+#undef SHARDEX_INSTANTIATE_TOKENS
+template void row_max<float>(const float*, float*, std::int64_t, std::int64_t, cudaStream_t);
+template void row_max<double>(const double*, double*, std::int64_t, std::int64_t, cudaStream_t);
 
 }  // namespace shardex::cuda::kernels

@@ -25,6 +25,10 @@ void cases(const mpi::Communicator& comm) {
   auto mx = MeshTensor<float, M, per_axis<Sharded<0>, Replicated>>::zeros(mesh, {4, 10}, {{1, 3}, {}});
   auto mw = MeshTensor<float, M, per_axis<Invariant, Sharded<1>>>::zeros(mesh, {10, 6}, {{}, {2, 4}});
   (void)mx, (void)mw;
+  auto ids = Tensor<std::int64_t, Invariant>::zeros(comm, {4});
+  auto sids = Tensor<std::int64_t, Sharded<0>>::zeros(comm, {4}, layout_mapping<Sharded<0>>({1, 1, 1, 1}));
+  auto table0 = Tensor<float, Sharded<0>>::ones(comm, {10, 8}, layout_mapping<Sharded<0>>({1, 2, 3, 4}));
+  (void)ids, (void)sids, (void)table0;
 #if !defined(SHARDEX_FAIL_CASE)
   // The valid neighbours of the cases below.
   Tensor<float, Partial> ok1 = matmul(s1, Tensor<float, Sharded<0, lengths<1, 2, 3, 4>>>::ones(comm, {10, 10}));
@@ -42,6 +46,10 @@ void cases(const mpi::Communicator& comm) {
   auto ok10 = all_gather<dp>(mx);
   MeshTensor<float, Mesh<axis<"dp", 2>, tp>, per_axis<Sharded<0, lengths<1, 3>>, Replicated>> ok11;
   (void)ok9, (void)ok10, (void)ok11;
+  // Token ids: a vocab-parallel lookup all-reduced, vocab-parallel cross-entropy.
+  Tensor<float, Invariant> ok12 = all_reduce<Invariant>(embedding(ids, table0));
+  Tensor<float, Invariant> ok13 = cross_entropy(s1, Tensor<std::int32_t, Invariant>::zeros(comm, {4}));
+  (void)ok12, (void)ok13;
 #elif SHARDEX_FAIL_CASE == 1
   // expect: shardex::matmul(a, b) has no layout rule for these operands
   auto y = matmul(p, Tensor<float, Sharded<1>>::ones(comm, {10, 10}, layout_mapping<Sharded<1>>({1, 2, 3, 4})));
@@ -144,6 +152,37 @@ void cases(const mpi::Communicator& comm) {
 #elif SHARDEX_FAIL_CASE == 33
   // expect: a + c (or a - c, c - a) with a Partial: every rank would add c to its part
   auto y = eval(1.0 - p);
+#elif SHARDEX_FAIL_CASE == 34
+  // expect: shardex::cross_entropy(logits, targets): the logits are Partial (a pending sum)
+  auto y = cross_entropy(p, ids);
+#elif SHARDEX_FAIL_CASE == 35
+  // expect: shardex::embedding(ids, table): ids must be token ids (a Tensor of std::int32_t or std::int64_t)
+  auto y = embedding(r, table0);
+#elif SHARDEX_FAIL_CASE == 36
+  // expect: a Sharded table needs the ids whole on every rank (Invariant or Replicated)
+  auto y = embedding(sids, table0);
+#elif SHARDEX_FAIL_CASE == 37
+  // expect: an Invariant table meets per-rank ids (Replicated or Sharded); use replicate(table)
+  auto y = embedding(sids, i);
+#elif SHARDEX_FAIL_CASE == 38
+  // expect: shardex::embedding(ids, table): the table is Partial (a pending sum); reduce it first
+  auto y = embedding(ids, p);
+#elif SHARDEX_FAIL_CASE == 39
+  // expect: this operation takes floating-point tensors (float or double), and this one holds token ids
+  auto y = ids + ids;
+#elif SHARDEX_FAIL_CASE == 40
+  // expect: token ids are integers and have no gradient
+  auto y = ids;
+  y.requires_grad();
+#elif SHARDEX_FAIL_CASE == 41
+  // expect: token ids are indices, and a pending sum of indices means nothing
+  Tensor<std::int64_t, Partial> y;
+#elif SHARDEX_FAIL_CASE == 42
+  // expect: for logits sharded along the tokens, all_to_all them to Sharded<1> first
+  auto y = cross_entropy(s0, ids);
+#elif SHARDEX_FAIL_CASE == 43
+  // expect: shardex::cross_entropy(logits, targets): targets must be token ids
+  auto y = cross_entropy(s1, r);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

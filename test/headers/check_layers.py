@@ -16,7 +16,7 @@ import sys
 
 # Lowest first. The generated config.hpp sits with core.
 FLOORS = ["core", "layout", "lower", "backend", "device", "tensor", "autodiff",
-          "transition", "expr", "eager", "mesh", "io", "top"]
+          "transition", "expr", "nn", "eager", "mesh", "io", "top"]
 CATALOGUE = "shardex/core/compile_errors.hpp"
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](shardex[^>"]*)[>"]')
 

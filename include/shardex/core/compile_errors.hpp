@@ -181,7 +181,50 @@
 #define SHARDEX_ERR_MESH_SGD_NOT_SELF_DUAL                                                           \
   "shardex::sgd_step: a mesh parameter must be Invariant or Sharded on every axis (a Replicated or " \
   "Partial one's gradient is not in its own layout); make it Invariant and replicate<axis>(p) where used"
+// ---- shardex/nn/embedding.hpp ---------------------------------------------------------
+#define SHARDEX_ERR_EMBEDDING_PARTIAL_TABLE                                                            \
+  "shardex::embedding(ids, table): the table is Partial (a pending sum); reduce it first (all_reduce " \
+  "to Replicated or Invariant, or reduce_scatter to Sharded<0>)"
+#define SHARDEX_ERR_EMBEDDING_SHARDED_TABLE_SHARDED_IDS                                                   \
+  "shardex::embedding(ids, table): a Sharded table needs the ids whole on every rank (Invariant or "      \
+  "Replicated), since each rank looks up every token in its part of the table; gather the ids first, or " \
+  "use a whole table with Sharded<0> ids"
+#define SHARDEX_ERR_EMBEDDING_TABLE_DIM \
+  "shardex::embedding(ids, table): the table (vocab, hidden) is Sharded<0> (vocab-parallel) or Sharded<1> (hidden)"
+#define SHARDEX_ERR_EMBEDDING_INVARIANT_TABLE                                                           \
+  "shardex::embedding(ids, table): an Invariant table meets per-rank ids (Replicated or Sharded); use " \
+  "replicate(table), whose backward all-reduces the table's gradient, or make the ids Invariant"
+#define SHARDEX_ERR_EMBEDDING_IDS_DIM "shardex::embedding(ids, table): the ids are 1-d (tokens); shard them along dim 0"
+#define SHARDEX_ERR_EMBEDDING_IDS_NOT_INTEGER                                                              \
+  "shardex::embedding(ids, table): ids must be token ids (a Tensor of std::int32_t or std::int64_t), not " \
+  "a float tensor"
+#define SHARDEX_ERR_EMBEDDING_TABLE_NOT_FLOAT \
+  "shardex::embedding(ids, table): the table must be a float or double tensor (vocab, hidden)"
+#define SHARDEX_ERR_EMBEDDING_DEVICES "shardex: the token ids and the float tensor must be on the same device"
+// ---- shardex/nn/cross_entropy.hpp -----------------------------------------------------
+#define SHARDEX_ERR_CROSS_ENTROPY_PARTIAL                                                                  \
+  "shardex::cross_entropy(logits, targets): the logits are Partial (a pending sum), and the softmax of a " \
+  "part is not a part of the softmax; reduce first (all_reduce to Replicated or Invariant, or "            \
+  "reduce_scatter to Sharded<1> along the vocabulary)"
+#define SHARDEX_ERR_CROSS_ENTROPY_TOKENS_SHARDED                                                               \
+  "shardex::cross_entropy(logits, targets): the logits (tokens, vocab) may be Sharded<1> (vocab-parallel) or " \
+  "whole; for logits sharded along the tokens, all_to_all them to Sharded<1> first"
+#define SHARDEX_ERR_CROSS_ENTROPY_TARGETS_WHOLE                                                     \
+  "shardex::cross_entropy(logits, targets): the targets must be whole on every rank (Invariant or " \
+  "Replicated token ids)"
+#define SHARDEX_ERR_CROSS_ENTROPY_TARGETS_NOT_INTEGER                                                \
+  "shardex::cross_entropy(logits, targets): targets must be token ids (a Tensor of std::int32_t or " \
+  "std::int64_t), not a float tensor"
 // ---- shardex/tensor/tensor.hpp -------------------------------------------------------
+#define SHARDEX_ERR_TOKEN_IDS_PARTIAL                                                                       \
+  "shardex::Tensor<int, Partial>: token ids are indices, and a pending sum of indices means nothing; make " \
+  "the ids Invariant, Replicated or Sharded"
+#define SHARDEX_ERR_TOKEN_IDS_NO_GRADIENT                                                                 \
+  "shardex::Tensor<int, L>::requires_grad(): token ids are integers and have no gradient; the parameter " \
+  "is the embedding table they index (a float tensor)"
+#define SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY                                                                  \
+  "shardex: this operation takes floating-point tensors (float or double), and this one holds token ids " \
+  "(int32 or int64); ids enter the model through embedding(ids, table) or cross_entropy(logits, targets)"
 #define SHARDEX_ERR_TENSOR_NO_SHARDED_DIM                                                                 \
   "shardex::Tensor<T, Sharded<D, ...>>: the tensor has no dim D (D >= its rank); shard along one of its " \
   "dims"

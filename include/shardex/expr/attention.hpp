@@ -41,6 +41,7 @@ public:
   /// of rules::attention), `node_name` as explain() prints it, and the operands.
   static constexpr const char* node_name = "attention";
   using value_type = typename Q::value_type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
   using device_type = typename Q::device_type;
   using layout_type =
       typename rules::attention<typename Q::layout_type, typename K::layout_type, typename V::layout_type>::type;

@@ -101,6 +101,7 @@ public:
   /// layout of the operation's rule, the first operand's shape and
   /// communicator, the first sharded operand's mapping.
   using value_type = typename First::value_type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
   using device_type = typename First::device_type;
   using layout_type = typename detail::elementwise_layout_of<Op, Args...>::type;
   static_assert((std::same_as<typename Args::value_type, value_type> && ...), SHARDEX_ERR_ELEMENTWISE_MIXED_TYPES);

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "shardex/expr/attention.hpp"
@@ -162,6 +163,13 @@ void explain_into(Plan& p, const E& e) {
     for (const auto& o : operands) from += (from.empty() ? "" : ", ") + o;
     if (operands.size() > 1) from = "(" + from + ")";
     p.steps.push_back(PlanStep::local("fused " + names, from, layout_name(e.mapping())));
+  } else if constexpr (requires {
+                         e.operands();
+                         e.explain_step();
+                       }) {
+    // A node of nn/: its operands, then its own step (it says if it communicates).
+    std::apply([&p](const auto&... a) { (explain_into(p, a), ...); }, e.operands());
+    p.steps.push_back(e.explain_step());
   } else if constexpr (requires {
                          e.q();
                          e.k();

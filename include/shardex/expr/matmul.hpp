@@ -26,6 +26,7 @@ public:
   /// mapping of the sharded operand the result keeps (b's column-parallel, a's
   /// row-sharded).
   using value_type = typename A::value_type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
   using device_type = typename A::device_type;
   using layout_type = typename rules::matmul<typename A::layout_type, typename B::layout_type>::type;
   static_assert(std::same_as<typename B::value_type, value_type>, SHARDEX_ERR_MATMUL_MIXED_TYPES);

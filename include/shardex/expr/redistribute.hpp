@@ -44,6 +44,7 @@ public:
   /// communicator; layout To with the target mapping), the layout it comes
   /// from, the operand and the strategy asked for.
   using value_type = typename E::value_type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
   using device_type = typename E::device_type;
   using layout_type = To;
   using source_layout = typename E::layout_type;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
 
 namespace shardex {
@@ -23,6 +24,7 @@ public:
   /// as explain() prints it, and the operand.
   static constexpr const char* node_name = "reshape";
   using value_type = typename E::value_type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
   using device_type = typename E::device_type;
   using layout_type = typename E::layout_type;
 

@@ -29,6 +29,7 @@ public:
   /// dims), `node_name` as explain() prints it, and the operand.
   static constexpr const char* node_name = K < 0 ? "sum" : "sum_dim";
   using value_type = typename E::value_type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
   using device_type = typename E::device_type;
   using layout_type = std::conditional_t < K<0, typename rules::sum_all<typename E::layout_type>::type,
                                              typename rules::sum_dim<typename E::layout_type, (K < 0 ? 0 : K)>::type>;

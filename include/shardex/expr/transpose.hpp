@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
 
@@ -20,6 +21,7 @@ public:
   /// rules::transpose, x's lengths), `node_name` as explain() prints it, and the operand.
   static constexpr const char* node_name = "transpose";
   using value_type = typename E::value_type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
   using device_type = typename E::device_type;
   using layout_type = typename rules::transpose<typename E::layout_type>::type;
 

@@ -14,7 +14,7 @@ namespace shardex {
 
 /// This rank's local part as nested brackets, "[[1, 1], [1, 1]]" (a 0-d
 /// tensor: its one number); no communication.
-template <Scalar T, LayoutTag L>
+template <Element T, LayoutTag L>
 std::string format_local(const Tensor<T, L, Host>& x) {
   std::ostringstream os;
   os.precision(std::numeric_limits<T>::max_digits10 - 2);

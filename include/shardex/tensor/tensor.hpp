@@ -49,8 +49,10 @@ namespace shardex {
 /// Collective factories (zeros, full, from_local, ...) check on every rank
 /// that the ranks agree on the shape and lengths, and throw the same
 /// `invalid_argument` on every rank if they do not.
-template <Scalar T, LayoutTag L, class Device>
+template <Element T, LayoutTag L, class Device>
 class Tensor {
+  static_assert(!(TokenId<T> && std::same_as<L, Partial>), SHARDEX_ERR_TOKEN_IDS_PARTIAL);
+
 public:
   ///@{
   /// The element type, the layout, the device, the device's communicator and
@@ -189,12 +191,17 @@ public:
   /// Uniform numbers in [lo, hi), a function of (seed, global index) only:
   /// every rank gets its part of one global random tensor, whatever the layout
   /// and the lengths (unsharded layouts get the whole tensor on every rank).
+  /// For token ids, uniform integers in [lo, hi) (random tokens of a vocabulary).
   static Tensor uniform(const communicator_type& comm, const Shape& global, std::uint64_t seed, T lo = T(-1),
                         T hi = T(1), mapping_type m = {}) requires std::same_as<Device, Host> {
     return from_function(
         comm, global,
         [&](std::span<const std::int64_t> idx) {
-          return lo + (hi - lo) * static_cast<T>(unit_random(seed, linear_index(global, idx)));
+          const double u = unit_random(seed, linear_index(global, idx));
+          if constexpr (TokenId<T>)
+            return static_cast<T>(static_cast<double>(lo) + std::floor(static_cast<double>(hi - lo) * u));
+          else
+            return lo + (hi - lo) * static_cast<T>(u);
         },
         std::move(m));
   }
@@ -202,6 +209,7 @@ public:
   /// Normal numbers N(mean, stddev^2), by the same rule as `uniform`.
   static Tensor normal(const communicator_type& comm, const Shape& global, std::uint64_t seed, T mean = T(0),
                        T stddev = T(1), mapping_type m = {}) requires std::same_as<Device, Host> {
+    static_assert(Scalar<T>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
     return from_function(
         comm, global, [&](std::span<const std::int64_t> idx) { return normal_at(seed, global, idx, mean, stddev); },
         std::move(m));
@@ -386,6 +394,7 @@ public:
   /// Marks this tensor as a leaf of the graph (a parameter) and returns it:
   /// `backward(loss)` will fill `grad()`, in the dual layout.
   Tensor& requires_grad() {
+    static_assert(Scalar<T>, SHARDEX_ERR_TOKEN_IDS_NO_GRADIENT);
     if (!node_) node_ = make_node("leaf");
     return *this;
   }

@@ -23,7 +23,7 @@ namespace shardex {
 /// The same global tensor on device To, over `comm` (To's communicator, with
 /// the same rank and size as x's): each rank copies its local part.
 /// @throws invalid_argument if comm's rank or size is not x's.
-template <class To, Scalar T, LayoutTag L, class From>
+template <class To, Element T, LayoutTag L, class From>
 Tensor<T, L, To> to(const Tensor<T, L, From>& x, const typename To::communicator& comm) {
   if (comm.rank() != x.rank() || comm.size() != x.world_size())
     throw invalid_argument(std::string("shardex::to<") + To::name + ">(x, comm): x is " + x.describe() +
@@ -39,15 +39,16 @@ Tensor<T, L, To> to(const Tensor<T, L, From>& x, const typename To::communicator
     From::download(stage.data(), x.data(), x.size());
     To::upload(out.data(), stage.data(), x.size());
   }
-  if (x.node())
-    out.record("to", {x.node()},
-               [x](const Tensor<T, dual_t<L>, To>& g) { x.node()->accumulate(to<From>(g, x.comm())); });
+  if constexpr (Scalar<T>)  // token ids have no gradient
+    if (x.node())
+      out.record("to", {x.node()},
+                 [x](const Tensor<T, dual_t<L>, To>& g) { x.node()->accumulate(to<From>(g, x.comm())); });
   return out;
 }
 
 /// To the host, with the host communicator of x's backend (for NCCL, the MPI
 /// communicator it was bootstrapped from).
-template <class To, Scalar T, LayoutTag L, class From>
+template <class To, Element T, LayoutTag L, class From>
 requires std::same_as<To, Host> Tensor<T, L, Host> to(const Tensor<T, L, From>& x) {
   return to<Host>(x, detail::control_of(x.comm()));
 }

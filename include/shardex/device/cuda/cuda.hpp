@@ -156,6 +156,32 @@ struct Cuda {
   static void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale) {
     cuda::kernels::softmax_backward_rows(p, dp, rows, cols, scale, cuda::compute_stream());
   }
+  template <class T, class I>
+  static void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width,
+                        std::int64_t first, std::int64_t rows) {
+    cuda::kernels::embedding(table, ids, out, tokens, width, first, rows, cuda::compute_stream());
+  }
+  template <class T, class I>
+  static void embedding_backward(T* dtable, const I* ids, const T* g, std::int64_t tokens, std::int64_t width,
+                                 std::int64_t first, std::int64_t rows) {
+    cuda::kernels::embedding_backward(dtable, ids, g, tokens, width, first, rows, cuda::compute_stream());
+  }
+  template <class T>
+  static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
+    cuda::kernels::row_max(logits, max, rows, cols, cuda::compute_stream());
+  }
+  template <class T, class I>
+  static void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
+                                 std::int64_t rows, std::int64_t cols, std::int64_t first) {
+    cuda::kernels::sum_exp_and_target(logits, targets, max, sum_exp, target_logit, rows, cols, first,
+                                      cuda::compute_stream());
+  }
+  template <class T, class I>
+  static void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
+                                     T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first) {
+    cuda::kernels::cross_entropy_backward(logits, targets, max, sum_exp, scale, dlogits, rows, cols, first,
+                                          cuda::compute_stream());
+  }
   template <class T>
   static void fused_forward(const FusedProgram<T>& program, T* out, std::int64_t n) {
     cuda::kernels::fused_forward(program, out, n, cuda::compute_stream());

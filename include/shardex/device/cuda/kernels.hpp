@@ -42,6 +42,26 @@ void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 /// dp = scale * p * (dp - rowsum(dp * p)), row by row: softmax's backward, in place.
 template <class T>
 void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale, cudaStream_t s);
+/// The token layers (device/token_ops.hpp; Host's loops of the same names
+/// say what each computes).
+template <class T, class I>
+void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width, std::int64_t first,
+               std::int64_t rows, cudaStream_t s);
+/// Embedding's scatter-add (atomic: two tokens may select one row).
+template <class T, class I>
+void embedding_backward(T* dtable, const I* ids, const T* g, std::int64_t tokens, std::int64_t width,
+                        std::int64_t first, std::int64_t rows, cudaStream_t s);
+/// max[t] = the largest of row t's logits (-inf for an empty row).
+template <class T>
+void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+/// sum_exp[t] and target_logit[t] of row t (tokens::row_sum_exp_and_target).
+template <class T, class I>
+void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit, std::int64_t rows,
+                        std::int64_t cols, std::int64_t first, cudaStream_t s);
+/// dlogits = (softmax - one-hot) * scale per row (tokens::cross_entropy_grad_at).
+template <class T, class I>
+void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
+                            T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first, cudaStream_t s);
 /// out[i] = program.value_at(i) for i < n.
 template <class T>
 void fused_forward(const FusedProgram<T>& program, T* out, std::int64_t n, cudaStream_t s);

@@ -18,6 +18,7 @@
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 #include "shardex/device/host/threads.hpp"
+#include "shardex/device/token_ops.hpp"
 
 namespace shardex {
 
@@ -145,6 +146,42 @@ struct Host {
       D = scale * P * (D - dot);
     }
   }
+
+  ///@{
+  /// The token layers' loops over the element and row functions of
+  /// device/token_ops.hpp (the Cuda device runs the same functions in kernels):
+  /// embedding's lookup into out (tokens x width) and its scatter-add into
+  /// dtable; cross-entropy's row max, its packed (sum of exp, target logit)
+  /// pair per row, and its logit gradient. `first` is the global index of the
+  /// rank's first table row or logit column.
+  template <class T, class I>
+  static void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width,
+                        std::int64_t first, std::int64_t rows) {
+    for (std::int64_t i = 0; i < tokens * width; ++i) out[i] = tokens::embedding_at(table, ids, i, width, first, rows);
+  }
+  template <class T, class I>
+  static void embedding_backward(T* dtable, const I* ids, const T* g, std::int64_t tokens, std::int64_t width,
+                                 std::int64_t first, std::int64_t rows) {
+    for (std::int64_t i = 0; i < tokens * width; ++i)
+      tokens::embedding_grad_at(dtable, ids, g, i, width, first, rows, [](T* p, T v) { *p += v; });
+  }
+  template <class T>
+  static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
+    for (std::int64_t t = 0; t < rows; ++t) max[t] = tokens::row_max(logits + t * cols, cols);
+  }
+  template <class T, class I>
+  static void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
+                                 std::int64_t rows, std::int64_t cols, std::int64_t first) {
+    for (std::int64_t t = 0; t < rows; ++t)
+      tokens::row_sum_exp_and_target(logits + t * cols, cols, first, max[t], targets[t], sum_exp + t, target_logit + t);
+  }
+  template <class T, class I>
+  static void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
+                                     T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first) {
+    for (std::int64_t i = 0; i < rows * cols; ++i)
+      dlogits[i] = tokens::cross_entropy_grad_at(logits, targets, max, sum_exp, scale, i, cols, first);
+  }
+  ///@}
 };
 
 template <class T>

@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: MIT
+// The layers of a language model (issue #25) at every world size, with even,
+// uneven and zero lengths, against plain loops over the whole tensors on each
+// rank (the one-rank result): embedding (vocab-parallel, hidden-sharded and
+// whole tables, Sharded ids) with the table's gradient, and cross-entropy
+// (vocab-parallel and whole logits, an ignore index, mean and sum) with the
+// logits' gradient, both also against finite differences; out-of-range ids
+// and targets are an error on every rank; explain names the collectives.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <shardex.hpp>
+
+#include "support/dist.hpp"
+#include "support/smooth_tensor.hpp"
+
+using namespace shardex;
+
+namespace {
+
+using Lens = std::vector<std::int64_t>;
+const mpi::Communicator& world() { return test::world(); }
+
+/// The vocabulary splits of a test: random ones with zeros, one rank holding
+/// everything, even ones; never all zero (an empty vocabulary has no valid id).
+std::vector<Lens> vocab_splits(std::uint64_t seed) {
+  auto rng = test::shared_rng(seed);
+  return test::lengths_cases(rng, world().size(), {.random = 3, .max_total = 13, .even = true, .empty = false});
+}
+
+std::int64_t total(const Lens& ls) {
+  std::int64_t s = 0;
+  for (auto l : ls) s += l;
+  return s;
+}
+
+/// Token ids in [0, vocab) with repeats, the same on every rank; `ignored`
+/// positions get -100 (cross-entropy's default ignore index).
+std::vector<std::int64_t> token_ids(std::int64_t tokens, std::int64_t vocab, std::uint64_t seed,
+                                    std::vector<std::int64_t> ignored = {}) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(tokens));
+  for (auto& id : ids) id = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(vocab));
+  for (auto i : ignored) ids[static_cast<std::size_t>(i)] = -100;
+  return ids;
+}
+
+/// The whole (vocab, hidden) table of smooth_tensor(salt), as the one rank sees it.
+double table_at(std::int64_t v, std::int64_t h, int salt) {
+  const std::int64_t idx[2] = {v, h};
+  return test::smooth_value(idx, salt);
+}
+
+/// The cross-entropy of the whole logits (smooth_tensor(salt) scaled by 4) on
+/// one rank, in plain loops: the loss (mean or sum over counted tokens) and
+/// its gradient (tokens x vocab).
+struct ReferenceCrossEntropy {
+  double loss = 0;
+  std::vector<double> grad;
+  ReferenceCrossEntropy(std::int64_t tokens, std::int64_t vocab, const std::vector<std::int64_t>& targets, int salt,
+                        bool mean) {
+    grad.assign(static_cast<std::size_t>(tokens * vocab), 0.0);
+    std::int64_t counted = 0;
+    for (auto t : targets) counted += t != -100 ? 1 : 0;
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      if (targets[static_cast<std::size_t>(t)] == -100) continue;
+      double m = -INFINITY, s = 0;
+      for (std::int64_t v = 0; v < vocab; ++v) m = std::max(m, 4 * table_at(t, v, salt));
+      for (std::int64_t v = 0; v < vocab; ++v) s += std::exp(4 * table_at(t, v, salt) - m);
+      const double scale = mean ? 1.0 / static_cast<double>(counted) : 1.0;
+      loss += (std::log(s) + m - 4 * table_at(t, targets[static_cast<std::size_t>(t)], salt)) * scale;
+      for (std::int64_t v = 0; v < vocab; ++v)
+        grad[static_cast<std::size_t>(t * vocab + v)] =
+            (std::exp(4 * table_at(t, v, salt) - m) / s - (v == targets[static_cast<std::size_t>(t)] ? 1.0 : 0.0)) *
+            scale;
+    }
+  }
+};
+
+/// |a - b| within rel of the larger magnitude (or of 1 near zero).
+bool close(double a, double b, double rel) {
+  return std::abs(a - b) <= rel * std::max({1.0, std::abs(a), std::abs(b)});
+}
+
+}  // namespace
+
+TEST_CASE("token ids: int32 and int64 tensors in whole and sharded layouts, from host data") {
+  const int n = world().size(), r = world().rank();
+  auto ids = Tensor<std::int64_t, Invariant>::uniform(world(), {40}, 9, 0, 7);
+  CHECK(ids.describe().find("Tensor<int64, I>") == 0);
+  bool in_range = true;
+  for (auto v : ids.local()) in_range = in_range && v >= 0 && v < 7;
+  CHECK(in_range);
+  Lens ls(static_cast<std::size_t>(n), 2);
+  ls[0] = 0;
+  const std::vector<std::int32_t> mine(static_cast<std::size_t>(ls[static_cast<std::size_t>(r)]), r + 1);
+  auto sharded = Tensor<std::int32_t, Sharded<0>>::from_local(world(), {ls[static_cast<std::size_t>(r)]}, mine,
+                                                              layout_mapping<Sharded<0>>(ls));
+  CHECK(sharded.shape()[0] == total(ls));
+  CHECK(sharded.describe().find("Tensor<int32, S(0)") == 0);
+  CHECK(format_local(sharded) == (r == 0 ? "[]" : "[" + std::to_string(r + 1) + ", " + std::to_string(r + 1) + "]"));
+}
+
+TEST_CASE_TEMPLATE(
+    "embedding of a vocab-parallel table: Partial, all-reduced to the whole lookup; the table's "
+    "gradient is the scatter-add of its rows",
+    T, float, double) {
+  const double tol = std::same_as<T, double> ? 1e-12 : 1e-5;
+  const std::int64_t H = 5, tokens = 9;
+  for (const Lens& ls : vocab_splits(11)) {
+    CAPTURE(to_string(ls));
+    const std::int64_t V = total(ls);
+    const auto host_ids = token_ids(tokens, V, 3);
+    const auto ids = Tensor<std::int64_t, Invariant>::from_local(world(), {tokens}, host_ids);
+    auto table = Tensor<T, Sharded<0>>::from_function(
+        world(), {V, H}, [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 1); },
+        layout_mapping<Sharded<0>>(ls));
+    table.requires_grad();
+    const auto w = Tensor<T, Invariant>::from_function(
+        world(), {tokens, H}, [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 2); });
+    Tensor<T, Invariant> y = all_reduce<Invariant>(embedding(ids, table));
+    bool same = true;
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t h = 0; h < H; ++h) same = same && close(y(t, h), table_at(host_ids[t], h, 1), tol);
+    CHECK(same);
+    Tensor<T, Invariant> loss = sum(y * w);
+    backward(loss);
+    // d loss / d table[v, h] = the sum of w[t, h] over the tokens t with id v.
+    const std::int64_t first = table.global_offset();
+    bool grads = true;
+    for (std::int64_t v = 0; v < table.local_shape()[0]; ++v)
+      for (std::int64_t h = 0; h < H; ++h) {
+        double expect = 0;
+        for (std::int64_t t = 0; t < tokens; ++t) expect += host_ids[t] == first + v ? table_at(t, h, 2) : 0.0;
+        grads = grads && close(table.grad()(v, h), expect, tol);
+      }
+    CHECK(grads);
+  }
+}
+
+TEST_CASE("embedding of a hidden-sharded table (Sharded<1>) and of a whole table with Sharded<0> ids") {
+  const int r = world().rank();
+  for (const Lens& ls : vocab_splits(12)) {
+    CAPTURE(to_string(ls));
+    const std::int64_t H = total(ls), V = 6, tokens = 7;
+    const auto host_ids = token_ids(tokens, V, 5);
+    const auto ids = Tensor<std::int64_t, Replicated>::from_local(world(), {tokens}, host_ids);
+    auto table = Tensor<double, Sharded<1>>::from_function(
+        world(), {V, H}, [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 1); },
+        layout_mapping<Sharded<1>>(ls));
+    table.requires_grad();
+    Tensor<double, Sharded<1>> y = embedding(ids, table);
+    CHECK(y.lengths()[static_cast<std::size_t>(r)] == ls[static_cast<std::size_t>(r)]);
+    const std::int64_t c0 = y.global_offset();
+    bool same = true;
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t c = 0; c < y.local_shape()[1]; ++c) same = same && y(t, c) == table_at(host_ids[t], c0 + c, 1);
+    CHECK(same);
+    Tensor<double, Invariant> loss = sum(all_gather<Invariant>(y) * 3.0);
+    backward(loss);
+    bool grads = true;  // 3 times the number of tokens with id v
+    for (std::int64_t v = 0; v < V; ++v) {
+      double count = 0;
+      for (auto id : host_ids) count += id == v ? 1 : 0;
+      for (std::int64_t c = 0; c < table.local_shape()[1]; ++c) grads = grads && table.grad()(v, c) == 3 * count;
+    }
+    CHECK(grads);
+
+    // A Replicated table with the tokens split: each rank looks up its own tokens.
+    const std::int64_t T2 = total(ls);
+    const auto all_ids = token_ids(T2, V, 8);
+    const std::int64_t off = [&] {
+      std::int64_t o = 0;
+      for (int q = 0; q < r; ++q) o += ls[static_cast<std::size_t>(q)];
+      return o;
+    }();
+    const std::vector<std::int64_t> my_ids(all_ids.begin() + off,
+                                           all_ids.begin() + off + ls[static_cast<std::size_t>(r)]);
+    const auto sids = Tensor<std::int64_t, Sharded<0>>::from_local(world(), {ls[static_cast<std::size_t>(r)]}, my_ids,
+                                                                   layout_mapping<Sharded<0>>(ls));
+    const auto whole = Tensor<double, Replicated>::from_function(
+        world(), {V, 4}, [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 4); });
+    Tensor<double, Sharded<0>> z = embedding(sids, whole);
+    bool rows = true;
+    for (std::int64_t t = 0; t < z.local_shape()[0]; ++t)
+      for (std::int64_t c = 0; c < 4; ++c)
+        rows = rows && z(t, c) == table_at(my_ids[static_cast<std::size_t>(t)], c, 4);
+    CHECK(rows);
+  }
+}
+
+TEST_CASE("embedding: an id outside the vocabulary is an error on every rank, naming the id and the size") {
+  const int n = world().size(), r = world().rank();
+  Lens ls(static_cast<std::size_t>(n), 2);
+  std::vector<std::int64_t> mine(2, 1);
+  if (r == n - 1) mine[1] = 6;  // vocab is 6: ids 0 .. 5
+  const auto sids = Tensor<std::int64_t, Sharded<0>>::from_local(world(), {2}, mine, layout_mapping<Sharded<0>>(ls));
+  const auto table = Tensor<double, Replicated>::zeros(world(), {6, 3});
+  std::string what;
+  try {
+    Tensor<double, Sharded<0>> z = embedding(sids, table);
+  } catch (const invalid_argument& e) {
+    what = e.what();
+  }
+  CHECK(what.find("shardex::embedding(ids, table) on rank " + std::to_string(n - 1)) != std::string::npos);
+  CHECK(what.find("ids[" + std::to_string(2 * n - 1) + "] = 6 is outside the vocabulary of 6 entries") !=
+        std::string::npos);
+  // Whole ids: a negative id, seen by every rank.
+  const auto ids = Tensor<std::int64_t, Invariant>::from_local(world(), {3}, std::vector<std::int64_t>{0, -3, 1});
+  const auto itable = Tensor<double, Invariant>::zeros(world(), {6, 3});
+  CHECK_THROWS_WITH_AS((Tensor<double, Invariant>(embedding(ids, itable))),
+                       doctest::Contains("ids[1] = -3 is outside the vocabulary of 6 entries"), invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("cross_entropy of vocab-parallel logits equals the whole computation, loss and gradient", T, float,
+                   double) {
+  const double tol = std::same_as<T, double> ? 1e-12 : 2e-5;
+  const std::int64_t tokens = 6;
+  for (const Lens& ls : vocab_splits(13)) {
+    for (bool mean : {true, false}) {
+      CAPTURE(to_string(ls));
+      CAPTURE(mean);
+      const std::int64_t V = total(ls);
+      const auto host_targets = token_ids(tokens, V, 21, {2});
+      const auto targets = Tensor<std::int32_t, Invariant>::from_function(
+          world(), {tokens}, [&](std::span<const std::int64_t> i) { return host_targets[i[0]]; });
+      auto logits = Tensor<T, Sharded<1>>::from_function(
+          world(), {tokens, V}, [](std::span<const std::int64_t> i) { return 4 * table_at(i[0], i[1], 7); },
+          layout_mapping<Sharded<1>>(ls));
+      logits.requires_grad();
+      const CrossEntropyOptions o{.reduction = mean ? LossReduction::mean : LossReduction::sum};
+      Tensor<T, Invariant> loss = cross_entropy(logits, targets, o);
+      const ReferenceCrossEntropy ref(tokens, V, host_targets, 7, mean);
+      CHECK(close(loss.local()[0], ref.loss, tol));
+      backward(loss);
+      const std::int64_t c0 = logits.global_offset();
+      bool grads = true;
+      for (std::int64_t t = 0; t < tokens; ++t)
+        for (std::int64_t c = 0; c < logits.local_shape()[1]; ++c)
+          grads = grads && close(logits.grad()(t, c), ref.grad[static_cast<std::size_t>(t * V + c0 + c)], tol);
+      CHECK(grads);
+    }
+  }
+}
+
+TEST_CASE("cross_entropy: whole logits agree with vocab-parallel ones, and finite differences with the gradient") {
+  const std::int64_t tokens = 5, V = 9;
+  const auto host_targets = token_ids(tokens, V, 4, {0});
+  const auto targets = Tensor<std::int64_t, Invariant>::from_local(world(), {tokens}, host_targets);
+  const auto loss_of = [&](double bump, std::int64_t at) {
+    const auto x = Tensor<double, Invariant>::from_function(world(), {tokens, V}, [&](std::span<const std::int64_t> i) {
+      return 4 * table_at(i[0], i[1], 7) + (i[0] * V + i[1] == at ? bump : 0.0);
+    });
+    return Tensor<double, Invariant>(cross_entropy(x, targets)).local()[0];
+  };
+  auto x = Tensor<double, Invariant>::from_function(
+      world(), {tokens, V}, [](std::span<const std::int64_t> i) { return 4 * table_at(i[0], i[1], 7); });
+  x.requires_grad();
+  Tensor<double, Invariant> loss = cross_entropy(x, targets);
+  CHECK(close(loss.local()[0], ReferenceCrossEntropy(tokens, V, host_targets, 7, true).loss, 1e-12));
+  backward(loss);
+  const double h = 1e-5;
+  for (std::int64_t at : {std::int64_t{3}, V + 1, 2 * V + 4, 4 * V + 8, std::int64_t{1}}) {
+    CAPTURE(at);
+    const double fd = (loss_of(h, at) - loss_of(-h, at)) / (2 * h);
+    CHECK(close(x.grad().local()[static_cast<std::size_t>(at)], fd, 1e-7));
+  }
+  CHECK(x.grad()(0, 3) == 0.0);  // token 0 is ignored
+}
+
+TEST_CASE("cross_entropy: a target outside the vocabulary is an error on every rank; explain names the collectives") {
+  const int n = world().size();
+  Lens ls(static_cast<std::size_t>(n), 3);
+  const auto logits = Tensor<double, Sharded<1>>::zeros(world(), {2, 3 * n}, layout_mapping<Sharded<1>>(ls));
+  const auto bad = Tensor<std::int64_t, Invariant>::from_local(world(), {2}, std::vector<std::int64_t>{0, 3 * n});
+  std::string what;
+  try {
+    Tensor<double, Invariant> loss = cross_entropy(logits, bad);
+  } catch (const invalid_argument& e) {
+    what = e.what();
+  }
+  CHECK(what.find("targets[1] = " + std::to_string(3 * n) + " is outside the vocabulary of " + std::to_string(3 * n) +
+                  " entries (valid: 0 .. " + std::to_string(3 * n - 1) + ") and not the ignore index -100") !=
+        std::string::npos);
+  const auto good = Tensor<std::int64_t, Invariant>::from_local(world(), {2}, std::vector<std::int64_t>{0, 1});
+  const Plan p = explain(cross_entropy(logits, good));
+  REQUIRE(p.steps.size() == 1);
+  CHECK(p.steps[0].op == "cross_entropy");
+  CHECK(p.steps[0].communicates);
+  CHECK(p.steps[0].strategy == "all_reduce MAX + all_reduce SUM");
+  CHECK(p.steps[0].bytes == 3 * 2 * 8);
+  // Whole logits: no collective.
+  const auto whole = Tensor<double, Replicated>::zeros(world(), {2, 3});
+  CHECK_FALSE(explain(cross_entropy(whole, good)).steps[0].communicates);
+}
