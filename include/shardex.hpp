@@ -41,6 +41,7 @@
 #include "shardex/lower/strategy.hpp"            // IWYU pragma: export
 #include "shardex/nn/cross_entropy.hpp"          // IWYU pragma: export
 #include "shardex/nn/embedding.hpp"              // IWYU pragma: export
+#include "shardex/nn/norm.hpp"                   // IWYU pragma: export
 #include "shardex/tensor/format.hpp"             // IWYU pragma: export
 #include "shardex/tensor/tensor.hpp"             // IWYU pragma: export
 #include "shardex/tensor/transfer.hpp"           // IWYU pragma: export

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shardex/device/cuda/runtime.hpp"
+#include "shardex/device/norm_ops.hpp"
 #include "shardex/device/token_ops.hpp"
 
 namespace shardex::cuda::kernels {
@@ -122,6 +123,28 @@ __global__ void fused_backward_kernel(FusedProgram<T> program, const T* g, std::
     });
 }
 
+// Layer norm and RMS norm: the row and column functions of device/norm_ops.hpp.
+template <class T>
+__global__ void norm_forward_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows,
+                                    std::int64_t cols, T eps, bool rms) {
+  for (std::int64_t r = first_index(); r < rows; r += grid_stride()) {
+    norms::row_stats(x + r * cols, cols, eps, rms, mean + r, rstd + r);
+    norms::normalize_row(x + r * cols, w, b, cols, mean[r], rstd[r], y + r * cols);
+  }
+}
+template <class T>
+__global__ void norm_backward_input_kernel(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
+                                           std::int64_t rows, std::int64_t cols, bool rms) {
+  for (std::int64_t r = first_index(); r < rows; r += grid_stride())
+    norms::normalize_row_backward(x + r * cols, w, g + r * cols, cols, mean[r], rstd[r], rms, dx + r * cols);
+}
+template <class T>
+__global__ void norm_backward_weight_kernel(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db,
+                                            std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t c = first_index(); c < cols; c += grid_stride())
+    norms::weight_grad_column(x, g, mean, rstd, rows, cols, c, dw, db);
+}
+
 // The token layers: the element and row functions of device/token_ops.hpp,
 // one thread per element (embedding, the logit gradient) or per row (the row
 // max and sums, as softmax_rows above).
@@ -156,6 +179,28 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const I* targets,
 }
 
 }  // namespace
+
+template <class T>
+void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows, std::int64_t cols,
+                  T eps, bool rms, cudaStream_t s) {
+  if (rows <= 0) return;
+  norm_forward_kernel<<<grid_for(rows), block_size, 0, s>>>(x, w, b, y, mean, rstd, rows, cols, eps, rms);
+  check_launch("norm forward");
+}
+template <class T>
+void norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, std::int64_t rows,
+                         std::int64_t cols, bool rms, cudaStream_t s) {
+  if (rows <= 0) return;
+  norm_backward_input_kernel<<<grid_for(rows), block_size, 0, s>>>(x, w, g, mean, rstd, dx, rows, cols, rms);
+  check_launch("norm backward (input)");
+}
+template <class T>
+void norm_backward_weight(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db, std::int64_t rows,
+                          std::int64_t cols, cudaStream_t s) {
+  if (cols <= 0) return;
+  norm_backward_weight_kernel<<<grid_for(cols), block_size, 0, s>>>(x, g, mean, rstd, dw, db, rows, cols);
+  check_launch("norm backward (weight)");
+}
 
 template <class T, class I>
 void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width, std::int64_t first,
@@ -295,6 +340,16 @@ SHARDEX_INSTANTIATE_TOKENS(float, std::int64_t)
 SHARDEX_INSTANTIATE_TOKENS(double, std::int32_t)
 SHARDEX_INSTANTIATE_TOKENS(double, std::int64_t)
 #undef SHARDEX_INSTANTIATE_TOKENS
+#define SHARDEX_INSTANTIATE_NORMS(T)                                                                                \
+  template void norm_forward<T>(const T*, const T*, const T*, T*, T*, T*, std::int64_t, std::int64_t, T, bool,      \
+                                cudaStream_t);                                                                      \
+  template void norm_backward_input<T>(const T*, const T*, const T*, const T*, const T*, T*, std::int64_t,          \
+                                       std::int64_t, bool, cudaStream_t);                                           \
+  template void norm_backward_weight<T>(const T*, const T*, const T*, const T*, T*, T*, std::int64_t, std::int64_t, \
+                                        cudaStream_t);
+SHARDEX_INSTANTIATE_NORMS(float)
+SHARDEX_INSTANTIATE_NORMS(double)
+#undef SHARDEX_INSTANTIATE_NORMS
 template void row_max<float>(const float*, float*, std::int64_t, std::int64_t, cudaStream_t);
 template void row_max<double>(const double*, double*, std::int64_t, std::int64_t, cudaStream_t);
 

@@ -299,3 +299,134 @@ TEST_CASE("cross_entropy: a target outside the vocabulary is an error on every r
   const auto whole = Tensor<double, Replicated>::zeros(world(), {2, 3});
   CHECK_FALSE(explain(cross_entropy(whole, good)).steps[0].communicates);
 }
+
+namespace {
+
+/// layer_norm (or rms_norm) of one row in plain loops.
+std::vector<double> reference_norm_row(const std::vector<double>& x, const std::vector<double>& w,
+                                       const std::vector<double>& b, double eps, bool rms) {
+  const double n = static_cast<double>(x.size());
+  double m = 0, v = 0;
+  if (!rms)
+    for (double e : x) m += e / n;
+  for (double e : x) v += (e - m) * (e - m) / n;
+  std::vector<double> y;
+  for (std::size_t c = 0; c < x.size(); ++c) y.push_back((x[c] - m) / std::sqrt(v + eps) * w[c] + (rms ? 0 : b[c]));
+  return y;
+}
+
+/// The tokens' offset of this rank for lengths ls.
+std::int64_t offset_of(const Lens& ls, int rank) {
+  std::int64_t o = 0;
+  for (int q = 0; q < rank; ++q) o += ls[static_cast<std::size_t>(q)];
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE(
+    "layer_norm and rms_norm under sequence parallelism equal the unsharded norm; the weight's "
+    "gradient is all-reduced by its replicate",
+    T, float, double) {
+  const double tol = std::same_as<T, double> ? 1e-12 : 2e-5;
+  const int r = world().rank();
+  const std::int64_t H = 6;
+  for (const Lens& ls : vocab_splits(14)) {
+    for (bool rms : {false, true}) {
+      CAPTURE(to_string(ls));
+      CAPTURE(rms);
+      const std::int64_t tokens = total(ls);
+      const auto fx = [](std::span<const std::int64_t> i) { return 3 * table_at(i[0], i[1], 31) + 0.1 * i[0]; };
+      const auto fw = [](std::span<const std::int64_t> i) { return 1 + table_at(0, i[0], 32); };
+      const auto fb = [](std::span<const std::int64_t> i) { return table_at(1, i[0], 33); };
+      const auto fg = [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 34); };
+      // Sequence parallel: x's tokens split, the Invariant parameters replicated.
+      auto x = Tensor<T, Sharded<0>>::from_function(world(), {tokens, H}, fx, layout_mapping<Sharded<0>>(ls));
+      auto w = Tensor<T, Invariant>::from_function(world(), {H}, fw);
+      auto b = Tensor<T, Invariant>::from_function(world(), {H}, fb);
+      x.requires_grad(), w.requires_grad(), b.requires_grad();
+      const auto g = Tensor<T, Sharded<0>>::from_function(world(), {tokens, H}, fg, layout_mapping<Sharded<0>>(ls));
+      Tensor<T, Sharded<0>> y = rms ? Tensor<T, Sharded<0>>(rms_norm(x, replicate(w), 1e-5))
+                                    : Tensor<T, Sharded<0>>(layer_norm(x, replicate(w), replicate(b), 1e-5));
+      Tensor<T, Partial> loss = sum(y * g);
+      backward(loss);
+      // The same on one rank's whole tensors (Invariant everywhere).
+      auto xi = Tensor<T, Invariant>::from_function(world(), {tokens, H}, fx);
+      auto wi = Tensor<T, Invariant>::from_function(world(), {H}, fw);
+      auto bi = Tensor<T, Invariant>::from_function(world(), {H}, fb);
+      xi.requires_grad(), wi.requires_grad(), bi.requires_grad();
+      const auto gi = Tensor<T, Invariant>::from_function(world(), {tokens, H}, fg);
+      Tensor<T, Invariant> yi =
+          rms ? Tensor<T, Invariant>(rms_norm(xi, wi, 1e-5)) : Tensor<T, Invariant>(layer_norm(xi, wi, bi, 1e-5));
+      Tensor<T, Invariant> lossi = sum(yi * gi);
+      backward(lossi);
+      const std::int64_t off = offset_of(ls, r);
+      bool ys = true, dxs = true;
+      for (std::int64_t t = 0; t < y.local_shape()[0]; ++t) {
+        std::vector<double> row, wv, bv;
+        for (std::int64_t c = 0; c < H; ++c) {
+          const std::int64_t i[2] = {off + t, c}, k[1] = {c};
+          row.push_back(fx(i)), wv.push_back(fw(k)), bv.push_back(fb(k));
+        }
+        const auto ref = reference_norm_row(row, wv, bv, 1e-5, rms);
+        for (std::int64_t c = 0; c < H; ++c) {
+          ys = ys && close(y(t, c), ref[static_cast<std::size_t>(c)], tol) && close(yi(off + t, c), y(t, c), tol);
+          dxs = dxs && close(x.grad()(t, c), xi.grad()(off + t, c), tol);
+        }
+      }
+      CHECK(ys);
+      CHECK(dxs);
+      bool dws = true;
+      for (std::int64_t c = 0; c < H; ++c) {
+        dws = dws && close(w.grad()(c), wi.grad()(c), tol);
+        if (!rms) dws = dws && close(b.grad()(c), bi.grad()(c), tol);
+      }
+      CHECK(dws);
+    }
+  }
+}
+
+TEST_CASE("layer_norm and rms_norm: finite differences agree with every gradient") {
+  const std::int64_t tokens = 3, H = 5;
+  for (bool rms : {false, true}) {
+    CAPTURE(rms);
+    // The loss sum(norm(x, w, b) * g) with one element of x, w or b bumped.
+    const auto loss_of = [&](int which, std::int64_t at, double bump) {
+      const auto with = [&](int k, auto f) {
+        return [=](std::span<const std::int64_t> i) {
+          const std::int64_t flat = i.size() == 2 ? i[0] * H + i[1] : i[0];
+          return f(i) + (k == which && flat == at ? bump : 0.0);
+        };
+      };
+      const auto x = Tensor<double, Invariant>::from_function(
+          world(), {tokens, H}, with(0, [](std::span<const std::int64_t> i) { return 2 * table_at(i[0], i[1], 41); }));
+      const auto w = Tensor<double, Invariant>::from_function(
+          world(), {H}, with(1, [](std::span<const std::int64_t> i) { return 1 + table_at(0, i[0], 42); }));
+      const auto b = Tensor<double, Invariant>::from_function(
+          world(), {H}, with(2, [](std::span<const std::int64_t> i) { return table_at(0, i[0], 43); }));
+      const auto g = Tensor<double, Invariant>::from_function(
+          world(), {tokens, H}, [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 44); });
+      auto xs = x, ws = w, bs = b;
+      xs.requires_grad(), ws.requires_grad(), bs.requires_grad();
+      Tensor<double, Invariant> y = rms ? Tensor<double, Invariant>(rms_norm(xs, ws, 1e-5))
+                                        : Tensor<double, Invariant>(layer_norm(xs, ws, bs, 1e-5));
+      Tensor<double, Invariant> loss = sum(y * g);
+      backward(loss);
+      return std::make_tuple(loss.local()[0], xs.grad().clone(), ws.grad().clone(),
+                             rms ? ws.grad().clone() : bs.grad().clone());
+    };
+    const auto [l0, dx, dw, db] = loss_of(-1, 0, 0.0);
+    (void)l0;
+    const double h = 1e-6;
+    for (int which : {0, 1, 2}) {
+      if (rms && which == 2) continue;
+      for (std::int64_t at : {std::int64_t{0}, std::int64_t{3}, std::int64_t{4}}) {
+        CAPTURE(which);
+        CAPTURE(at);
+        const double fd = (std::get<0>(loss_of(which, at, h)) - std::get<0>(loss_of(which, at, -h))) / (2 * h);
+        const auto& grad = which == 0 ? dx : which == 1 ? dw : db;
+        CHECK(close(grad.local()[static_cast<std::size_t>(at)], fd, 1e-7));
+      }
+    }
+  }
+}

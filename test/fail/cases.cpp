@@ -50,6 +50,10 @@ void cases(const mpi::Communicator& comm) {
   Tensor<float, Invariant> ok12 = all_reduce<Invariant>(embedding(ids, table0));
   Tensor<float, Invariant> ok13 = cross_entropy(s1, Tensor<std::int32_t, Invariant>::zeros(comm, {4}));
   (void)ok12, (void)ok13;
+  // Sequence parallelism: the Invariant norm weight replicated where it meets the tokens' shards.
+  auto ln_w = Tensor<float, Invariant>::ones(comm, {10});
+  Tensor<float, Sharded<0>> ok14 = layer_norm(s0, replicate(ln_w), replicate(ln_w));
+  (void)ok14;
 #elif SHARDEX_FAIL_CASE == 1
   // expect: shardex::matmul(a, b) has no layout rule for these operands
   auto y = matmul(p, Tensor<float, Sharded<1>>::ones(comm, {10, 10}, layout_mapping<Sharded<1>>({1, 2, 3, 4})));
@@ -183,6 +187,13 @@ void cases(const mpi::Communicator& comm) {
 #elif SHARDEX_FAIL_CASE == 43
   // expect: shardex::cross_entropy(logits, targets): targets must be token ids
   auto y = cross_entropy(s1, r);
+#elif SHARDEX_FAIL_CASE == 44
+  // expect: x (tokens, hidden) is sharded along the hidden dim the norm reduces over
+  auto y = rms_norm(s1, r);
+#elif SHARDEX_FAIL_CASE == 45
+  // expect: x is Sharded along the tokens (sequence parallelism) and the weight is Invariant; pass replicate(weight)
+  auto ln_w = Tensor<float, Invariant>::ones(comm, {10});
+  auto y = layer_norm(s0, ln_w, ln_w);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

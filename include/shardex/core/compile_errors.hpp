@@ -215,6 +215,19 @@
 #define SHARDEX_ERR_CROSS_ENTROPY_TARGETS_NOT_INTEGER                                                \
   "shardex::cross_entropy(logits, targets): targets must be token ids (a Tensor of std::int32_t or " \
   "std::int64_t), not a float tensor"
+// ---- shardex/nn/norm.hpp --------------------------------------------------------------
+#define SHARDEX_ERR_NORM_PARTIAL                                                                        \
+  "shardex::layer_norm / rms_norm: x is Partial (a pending sum), and the norm of a part is not a part " \
+  "of the norm; reduce first (all_reduce, or reduce_scatter to Sharded<0> along the tokens)"
+#define SHARDEX_ERR_NORM_LAST_DIM_SHARDED                                                                \
+  "shardex::layer_norm / rms_norm: x (tokens, hidden) is sharded along the hidden dim the norm reduces " \
+  "over; it must be whole on each rank: all_gather it, or all_to_all it to Sharded<0> (the tokens)"
+#define SHARDEX_ERR_NORM_WEIGHT_SHARDED \
+  "shardex::layer_norm / rms_norm: the weight and bias (hidden) are whole: Invariant, or replicate(w)"
+#define SHARDEX_ERR_NORM_SP_WEIGHT_INVARIANT                                                                 \
+  "shardex::layer_norm / rms_norm: x is Sharded along the tokens (sequence parallelism) and the weight is "  \
+  "Invariant; pass replicate(weight) (and replicate(bias)): its backward all-reduces the weight's gradient " \
+  "over the ranks, which a hand-written norm forgets"
 // ---- shardex/tensor/tensor.hpp -------------------------------------------------------
 #define SHARDEX_ERR_TOKEN_IDS_PARTIAL                                                                       \
   "shardex::Tensor<int, Partial>: token ids are indices, and a pending sum of indices means nothing; make " \

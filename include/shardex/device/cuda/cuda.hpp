@@ -156,6 +156,21 @@ struct Cuda {
   static void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale) {
     cuda::kernels::softmax_backward_rows(p, dp, rows, cols, scale, cuda::compute_stream());
   }
+  template <class T>
+  static void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows,
+                           std::int64_t cols, T eps, bool rms) {
+    cuda::kernels::norm_forward(x, w, b, y, mean, rstd, rows, cols, eps, rms, cuda::compute_stream());
+  }
+  template <class T>
+  static void norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
+                                  std::int64_t rows, std::int64_t cols, bool rms) {
+    cuda::kernels::norm_backward_input(x, w, g, mean, rstd, dx, rows, cols, rms, cuda::compute_stream());
+  }
+  template <class T>
+  static void norm_backward_weight(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db,
+                                   std::int64_t rows, std::int64_t cols) {
+    cuda::kernels::norm_backward_weight(x, g, mean, rstd, dw, db, rows, cols, cuda::compute_stream());
+  }
   template <class T, class I>
   static void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width,
                         std::int64_t first, std::int64_t rows) {

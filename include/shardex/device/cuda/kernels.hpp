@@ -42,6 +42,20 @@ void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 /// dp = scale * p * (dp - rowsum(dp * p)), row by row: softmax's backward, in place.
 template <class T>
 void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale, cudaStream_t s);
+/// Layer norm and RMS norm (device/norm_ops.hpp; Host's loops of the same
+/// names say what each computes): one thread per row, or per column for the
+/// weight's gradient.
+template <class T>
+void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows, std::int64_t cols,
+                  T eps, bool rms, cudaStream_t s);
+/// dx of each row (norms::normalize_row_backward).
+template <class T>
+void norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, std::int64_t rows,
+                         std::int64_t cols, bool rms, cudaStream_t s);
+/// dw and db (may be null) as column sums over the rows (norms::weight_grad_column).
+template <class T>
+void norm_backward_weight(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db, std::int64_t rows,
+                          std::int64_t cols, cudaStream_t s);
 /// The token layers (device/token_ops.hpp; Host's loops of the same names
 /// say what each computes).
 template <class T, class I>

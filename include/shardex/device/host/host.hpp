@@ -18,6 +18,7 @@
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 #include "shardex/device/host/threads.hpp"
+#include "shardex/device/norm_ops.hpp"
 #include "shardex/device/token_ops.hpp"
 
 namespace shardex {
@@ -146,6 +147,33 @@ struct Host {
       D = scale * P * (D - dot);
     }
   }
+
+  ///@{
+  /// Layer norm and RMS norm over the last dim of x (rows x cols), looping the
+  /// row and column functions of device/norm_ops.hpp (the Cuda device runs the
+  /// same functions in kernels): the forward with each row's mean and rstd
+  /// kept for the backward, the input's gradient, the weight's and bias's
+  /// (db may be null).
+  template <class T>
+  static void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows,
+                           std::int64_t cols, T eps, bool rms) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      norms::row_stats(x + r * cols, cols, eps, rms, mean + r, rstd + r);
+      norms::normalize_row(x + r * cols, w, b, cols, mean[r], rstd[r], y + r * cols);
+    }
+  }
+  template <class T>
+  static void norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
+                                  std::int64_t rows, std::int64_t cols, bool rms) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      norms::normalize_row_backward(x + r * cols, w, g + r * cols, cols, mean[r], rstd[r], rms, dx + r * cols);
+  }
+  template <class T>
+  static void norm_backward_weight(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db,
+                                   std::int64_t rows, std::int64_t cols) {
+    for (std::int64_t c = 0; c < cols; ++c) norms::weight_grad_column(x, g, mean, rstd, rows, cols, c, dw, db);
+  }
+  ///@}
 
   ///@{
   /// The token layers' loops over the element and row functions of
