@@ -252,6 +252,66 @@ void local_math(std::uint64_t seed) {
   }
 }
 
+/// The layers of a language model (nn/) on the GPU against the host: a
+/// vocab-parallel embedding, layer and RMS norm with sequence-parallel
+/// tokens, and a vocab-parallel cross-entropy, with uneven and zero lengths.
+template <class T>
+void model_layers(std::uint64_t seed) {
+  using R = Replicated;
+  using I = Invariant;
+  const int n = host().size();
+  Lens ls(static_cast<std::size_t>(n), 3);
+  ls[0] = 0;  // a rank with no rows, tokens or vocabulary columns
+  std::int64_t total = 0;
+  for (auto l : ls) total += l;
+  SUBCASE("embedding of a vocab-parallel table") {
+    auto ids = Tensor<std::int64_t, I>::uniform(host(), {7}, seed, 0, total);
+    auto table = random<T, S0>({total, 5}, seed + 1, ls);
+    auto idsc = to<Cuda>(ids, gpu());
+    auto tablec = to<Cuda>(table, gpu());
+    table.requires_grad(), tablec.requires_grad();
+    Tensor<T, Partial> yh = embedding(ids, table);
+    Tensor<T, Partial, Cuda> yc = embedding(idsc, tablec);
+    CHECK_CLOSE(yc, yh, T, "embedding forward");
+    const auto g = random<T, R>({7, 5}, seed + 2);
+    backward_with(yh, g);
+    backward_with(yc, to<Cuda>(g, gpu()));
+    CHECK_CLOSE(tablec.grad(), table.grad(), T, "embedding's table gradient");
+  }
+  SUBCASE("layer_norm and rms_norm, tokens sharded") {
+    auto x = random<T, S0>({total, 6}, seed + 3, ls);
+    auto w = random<T, R>({6}, seed + 4), b = random<T, R>({6}, seed + 5);
+    auto xc = to<Cuda>(x, gpu()), wc = to<Cuda>(w, gpu()), bc = to<Cuda>(b, gpu());
+    x.requires_grad(), w.requires_grad(), b.requires_grad();
+    xc.requires_grad(), wc.requires_grad(), bc.requires_grad();
+    Tensor<T, S0> yh = layer_norm(x, w, b) + rms_norm(x, w);
+    Tensor<T, S0, Cuda> yc = layer_norm(xc, wc, bc) + rms_norm(xc, wc);
+    CHECK_CLOSE(yc, yh, T, "norms forward");
+    const auto g = random<T, S0>({total, 6}, seed + 6, ls);
+    backward_with(yh, g);
+    backward_with(yc, to<Cuda>(g, gpu()));
+    CHECK_CLOSE(xc.grad(), x.grad(), T, "norms dx");
+    CHECK_CLOSE(wc.grad(), w.grad(), T, "norms dw");
+    CHECK_CLOSE(bc.grad(), b.grad(), T, "layer_norm db");
+  }
+  SUBCASE("cross_entropy of vocab-parallel logits") {
+    auto targets = Tensor<std::int32_t, I>::uniform(host(), {4}, seed + 7, 0, total);
+    auto logits = random<T, S1>({4, total}, seed + 8, ls);
+    auto tc = to<Cuda>(targets, gpu());
+    auto lc = to<Cuda>(logits, gpu());
+    logits.requires_grad(), lc.requires_grad();
+    Tensor<T, I> lh = cross_entropy(logits, targets);
+    Tensor<T, I, Cuda> lcuda = cross_entropy(lc, tc);
+    CHECK_CLOSE(lcuda, lh, T, "cross_entropy loss");
+    backward(lh);
+    backward(lcuda);
+    CHECK_CLOSE(lc.grad(), logits.grad(), T, "cross_entropy's logit gradient");
+  }
+}
+
+TEST_CASE("the model layers on the GPU match the host, forward and backward (double)") { model_layers<double>(41); }
+TEST_CASE("the model layers on the GPU match the host, forward and backward (float)") { model_layers<float>(42); }
+
 TEST_CASE("local math on the GPU matches the host, forward and backward (double)") { local_math<double>(21); }
 TEST_CASE("local math on the GPU matches the host, forward and backward (float)") { local_math<float>(22); }
 
@@ -315,7 +375,8 @@ TEST_CASE_TEMPLATE("the NCCL max all-reduce matches the host's, in place and out
   const int me = host().rank();
   constexpr std::int64_t count = 5;
   std::vector<T> mine(count), want(count, T(0));
-  for (std::int64_t i = 0; i < count; ++i) mine[static_cast<std::size_t>(i)] = static_cast<T>((i * 7 + me * 3) % 11) - T(5);
+  for (std::int64_t i = 0; i < count; ++i)
+    mine[static_cast<std::size_t>(i)] = static_cast<T>((i * 7 + me * 3) % 11) - T(5);
   host().all_reduce_max(mine.data(), want.data(), count);
   auto send = Cuda::allocate<T>(count), recv = Cuda::allocate<T>(count);
   Cuda::upload(send.get(), mine.data(), count);
