@@ -39,8 +39,10 @@
 #include "shardex/layout/lengths.hpp"            // IWYU pragma: export
 #include "shardex/layout/mapping.hpp"            // IWYU pragma: export
 #include "shardex/lower/strategy.hpp"            // IWYU pragma: export
+#include "shardex/nn/causal_attention.hpp"       // IWYU pragma: export
 #include "shardex/nn/cross_entropy.hpp"          // IWYU pragma: export
 #include "shardex/nn/embedding.hpp"              // IWYU pragma: export
+#include "shardex/nn/heads.hpp"                  // IWYU pragma: export
 #include "shardex/nn/norm.hpp"                   // IWYU pragma: export
 #include "shardex/tensor/format.hpp"             // IWYU pragma: export
 #include "shardex/tensor/tensor.hpp"             // IWYU pragma: export

@@ -430,3 +430,206 @@ TEST_CASE("layer_norm and rms_norm: finite differences agree with every gradient
     }
   }
 }
+
+namespace {
+
+/// A (batch, seq, heads, dh) value of salt, the same for every layout.
+double qkv_at(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d, int salt) {
+  const std::int64_t idx[4] = {b, s, h, d};
+  return 2 * test::smooth_value(idx, salt);
+}
+
+/// Causal attention of the whole q (hq heads), k, v (hk heads) in plain loops:
+/// out[b, i, h, :] = sum over j <= i of softmax_j(q_i . k_j / sqrt(dh)) v_j.
+double reference_attention(std::int64_t b, std::int64_t i, std::int64_t h, std::int64_t d, std::int64_t dh,
+                           std::int64_t group) {
+  const std::int64_t kv = h / group;
+  std::vector<double> s;
+  double m = -INFINITY;
+  for (std::int64_t j = 0; j <= i; ++j) {
+    double dot = 0;
+    for (std::int64_t c = 0; c < dh; ++c) dot += qkv_at(b, i, h, c, 51) * qkv_at(b, j, kv, c, 52);
+    s.push_back(dot / std::sqrt(static_cast<double>(dh)));
+    m = std::max(m, s.back());
+  }
+  double z = 0, o = 0;
+  for (std::int64_t j = 0; j <= i; ++j) z += std::exp(s[static_cast<std::size_t>(j)] - m);
+  for (std::int64_t j = 0; j <= i; ++j) o += std::exp(s[static_cast<std::size_t>(j)] - m) / z * qkv_at(b, j, kv, d, 53);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE(
+    "causal_attention with the heads sharded in any lengths (zeros too) and grouped KV heads equals "
+    "the whole computation, forward and backward",
+    T, float, double) {
+  const double tol = std::same_as<T, double> ? 1e-12 : 2e-5;
+  const int n = world().size();
+  const std::int64_t B = 2, S = 5, dh = 3;
+  auto rng = test::shared_rng(61);
+  for (const Lens& kv_lens : test::lengths_cases(rng, n, {.random = 2, .max_total = 5, .even = true, .empty = false})) {
+    for (std::int64_t group : {std::int64_t{1}, std::int64_t{2}}) {
+      CAPTURE(to_string(kv_lens));
+      CAPTURE(group);
+      const std::int64_t Hk = total(kv_lens), Hq = group * Hk;
+      Lens q_lens;
+      for (auto l : kv_lens) q_lens.push_back(group * l);
+      const auto make = [&](std::int64_t heads, int salt, const Lens& ls) {
+        return Tensor<T, Sharded<2>>::from_function(
+            world(), {B, S, heads, dh},
+            [salt](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], salt); },
+            layout_mapping<Sharded<2>>(ls));
+      };
+      const auto whole = [&](std::int64_t heads, int salt) {
+        return Tensor<T, Invariant>::from_function(world(), {B, S, heads, dh}, [salt](std::span<const std::int64_t> i) {
+          return qkv_at(i[0], i[1], i[2], i[3], salt);
+        });
+      };
+      auto q = make(Hq, 51, q_lens), k = make(Hk, 52, kv_lens), v = make(Hk, 53, kv_lens);
+      auto qi = whole(Hq, 51), ki = whole(Hk, 52), vi = whole(Hk, 53);
+      for (auto* t : {&q, &k, &v}) t->requires_grad();
+      for (auto* t : {&qi, &ki, &vi}) t->requires_grad();
+      Tensor<T, Sharded<2>> y = causal_attention(q, k, v);
+      Tensor<T, Invariant> yi = causal_attention(qi, ki, vi);
+      const std::int64_t h0 = y.global_offset();
+      bool fwd = true;
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t i = 0; i < S; ++i)
+          for (std::int64_t h = 0; h < y.local_shape()[2]; ++h)
+            for (std::int64_t d = 0; d < dh; ++d)
+              fwd = fwd && close(y(b, i, h, d), reference_attention(b, i, h0 + h, d, dh, group), tol) &&
+                    close(yi(b, i, h0 + h, d), y(b, i, h, d), tol);
+      CHECK(fwd);
+      const auto fg = [](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], 54); };
+      Tensor<T, Partial> loss = sum(
+          y * Tensor<T, Sharded<2>>::from_function(world(), {B, S, Hq, dh}, fg, layout_mapping<Sharded<2>>(q_lens)));
+      backward(loss);
+      Tensor<T, Invariant> lossi = sum(yi * Tensor<T, Invariant>::from_function(world(), {B, S, Hq, dh}, fg));
+      backward(lossi);
+      const auto same_grads = [&](const auto& sharded, const auto& one) {
+        const std::int64_t off = sharded.global_offset();
+        bool ok = true;
+        for (std::int64_t b = 0; b < B; ++b)
+          for (std::int64_t i = 0; i < S; ++i)
+            for (std::int64_t h = 0; h < sharded.local_shape()[2]; ++h)
+              for (std::int64_t d = 0; d < dh; ++d)
+                ok = ok && close(sharded.grad()(b, i, h, d), one.grad()(b, i, off + h, d), tol);
+        return ok;
+      };
+      CHECK(same_grads(q, qi));
+      CHECK(same_grads(k, ki));
+      CHECK(same_grads(v, vi));
+    }
+  }
+}
+
+TEST_CASE(
+    "causal_attention: finite differences agree with the gradients; a later token never changes an earlier "
+    "output; KV lengths that split a group are refused") {
+  const std::int64_t B = 2, S = 4, Hq = 4, Hk = 2, dh = 2;
+  const auto run = [&](int which, std::int64_t at, double bump) {
+    const auto make = [&](std::int64_t heads, int salt, int k) {
+      return Tensor<double, Replicated>::from_function(
+          world(), {B, S, heads, dh}, [=](std::span<const std::int64_t> i) {
+            const std::int64_t flat = ((i[0] * S + i[1]) * heads + i[2]) * dh + i[3];
+            return qkv_at(i[0], i[1], i[2], i[3], salt) + (k == which && flat == at ? bump : 0.0);
+          });
+    };
+    auto q = make(Hq, 51, 0), k = make(Hk, 52, 1), v = make(Hk, 53, 2);
+    for (auto* t : {&q, &k, &v}) t->requires_grad();
+    Tensor<double, Replicated> y = causal_attention(q, k, v);
+    const auto g = Tensor<double, Replicated>::from_function(
+        world(), {B, S, Hq, dh}, [](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], 54); });
+    Tensor<double, Replicated> loss = sum(y * g);
+    backward(loss);
+    return std::make_tuple(loss.local()[0], q.grad().clone(), k.grad().clone(), v.grad().clone(), y.clone());
+  };
+  const auto [l0, dq, dk, dv, y0] = run(-1, 0, 0.0);
+  (void)l0;
+  const double h = 1e-6;
+  for (int which : {0, 1, 2}) {
+    for (std::int64_t at : {std::int64_t{1}, std::int64_t{9}, std::int64_t{22}}) {
+      CAPTURE(which);
+      CAPTURE(at);
+      const double fd = (std::get<0>(run(which, at, h)) - std::get<0>(run(which, at, -h))) / (2 * h);
+      const auto& grad = which == 0 ? dq : which == 1 ? dk : dv;
+      CHECK(close(grad.local()[static_cast<std::size_t>(at)], fd, 1e-7));
+    }
+  }
+  // Bumping v at the last position of sequence 0 leaves every earlier output of that sequence as it was.
+  const std::int64_t last_v = ((0 * S + (S - 1)) * Hk + 1) * dh;
+  const auto y1 = std::get<4>(run(2, last_v, 0.5));
+  bool causal = true, changed = false;
+  for (std::int64_t i = 0; i < S; ++i)
+    for (std::int64_t hh = 0; hh < Hq; ++hh)
+      for (std::int64_t d = 0; d < dh; ++d) {
+        const bool same = y1(0, i, hh, d) == y0(0, i, hh, d);
+        if (i < S - 1) causal = causal && same;
+        if (i == S - 1 && !same) changed = true;
+        causal = causal && y1(1, i, hh, d) == y0(1, i, hh, d);  // the other sequence: untouched
+      }
+  CHECK(causal);
+  CHECK(changed);
+  // With the heads sharded, a rank must hold whole KV groups.
+  const int n = world().size();
+  if (n > 1) {
+    Lens kv(static_cast<std::size_t>(n), 1), ql(static_cast<std::size_t>(n), 2);
+    ql[0] = 1, ql[1] = 3;  // 2 query heads per KV head: rank 0 would split a group
+    const auto q = Tensor<double, Sharded<2>>::zeros(world(), {1, 2, 2 * n, 2}, layout_mapping<Sharded<2>>(ql));
+    const auto kk = Tensor<double, Sharded<2>>::zeros(world(), {1, 2, n, 2}, layout_mapping<Sharded<2>>(kv));
+    CHECK_THROWS_WITH_AS((Tensor<double, Sharded<2>>(causal_attention(q, kk, kk))),
+                         doctest::Contains("each rank holds whole KV groups"), invalid_argument);
+  }
+}
+
+TEST_CASE("split_heads and merge_heads carry the lengths in units of heads, around causal_attention") {
+  const int n = world().size(), r = world().rank();
+  const std::int64_t B = 2, S = 3, dh = 2;
+  auto rng = test::shared_rng(71);
+  for (const Lens& heads : test::lengths_cases(rng, n, {.random = 2, .max_total = 5, .even = true, .empty = false})) {
+    CAPTURE(to_string(heads));
+    const std::int64_t H = total(heads);
+    Lens cols;
+    for (auto l : heads) cols.push_back(l * dh);
+    const auto f = [](int salt) {
+      return [salt](std::span<const std::int64_t> i) { return 2 * table_at(i[0], i[1], salt); };
+    };
+    auto q =
+        Tensor<double, Sharded<1>>::from_function(world(), {B * S, H * dh}, f(81), layout_mapping<Sharded<1>>(cols));
+    auto k =
+        Tensor<double, Sharded<1>>::from_function(world(), {B * S, H * dh}, f(82), layout_mapping<Sharded<1>>(cols));
+    auto qi = Tensor<double, Invariant>::from_function(world(), {B * S, H * dh}, f(81));
+    auto ki = Tensor<double, Invariant>::from_function(world(), {B * S, H * dh}, f(82));
+    q.requires_grad(), qi.requires_grad();
+    Tensor<double, Sharded<2>> q4 = split_heads(q, B, dh);
+    CHECK(q4.shape() == Shape{B, S, H, dh});
+    CHECK(q4.lengths()[static_cast<std::size_t>(r)] == heads[static_cast<std::size_t>(r)]);
+    Tensor<double, Sharded<1>> y = merge_heads(causal_attention(q4, split_heads(k, B, dh), split_heads(k, B, dh)));
+    Tensor<double, Invariant> yi =
+        merge_heads(causal_attention(split_heads(qi, B, dh), split_heads(ki, B, dh), split_heads(ki, B, dh)));
+    CHECK(y.lengths()[static_cast<std::size_t>(r)] == cols[static_cast<std::size_t>(r)]);
+    const std::int64_t c0 = y.global_offset();
+    bool same = true;
+    for (std::int64_t t = 0; t < B * S; ++t)
+      for (std::int64_t c = 0; c < y.local_shape()[1]; ++c) same = same && close(y(t, c), yi(t, c0 + c), 1e-12);
+    CHECK(same);
+    Tensor<double, Partial> loss = sum(y * y);
+    backward(loss);
+    Tensor<double, Invariant> lossi = sum(yi * yi);
+    backward(lossi);
+    bool grads = true;
+    for (std::int64_t t = 0; t < B * S; ++t)
+      for (std::int64_t c = 0; c < q.local_shape()[1]; ++c)
+        grads = grads && close(q.grad()(t, c), qi.grad()(t, c0 + c), 1e-12);
+    CHECK(grads);
+  }
+  // Lengths that cut a head in two are refused.
+  if (n > 1) {
+    Lens odd(static_cast<std::size_t>(n), 2);
+    odd[0] = 1, odd[1] = 3;
+    const auto x = Tensor<double, Sharded<1>>::zeros(world(), {2, 2 * n}, layout_mapping<Sharded<1>>(odd));
+    CHECK_THROWS_WITH_AS((Tensor<double, Sharded<2>>(split_heads(x, 1, 2))),
+                         doctest::Contains("each rank's length) of dh 2"), invalid_argument);
+  }
+}

@@ -54,6 +54,11 @@ void cases(const mpi::Communicator& comm) {
   auto ln_w = Tensor<float, Invariant>::ones(comm, {10});
   Tensor<float, Sharded<0>> ok14 = layer_norm(s0, replicate(ln_w), replicate(ln_w));
   (void)ok14;
+  // Heads split over the ranks (lengths in heads), causal attention, and back to the tokens' matrix.
+  auto qkv = Tensor<float, Sharded<1>>::ones(comm, {8, 20}, layout_mapping<Sharded<1>>({2, 4, 6, 8}));
+  Tensor<float, Sharded<1>> ok15 =
+      merge_heads(causal_attention(split_heads(qkv, 2, 2), split_heads(qkv, 2, 2), split_heads(qkv, 2, 2)));
+  (void)ok15;
 #elif SHARDEX_FAIL_CASE == 1
   // expect: shardex::matmul(a, b) has no layout rule for these operands
   auto y = matmul(p, Tensor<float, Sharded<1>>::ones(comm, {10, 10}, layout_mapping<Sharded<1>>({1, 2, 3, 4})));
@@ -194,6 +199,13 @@ void cases(const mpi::Communicator& comm) {
   // expect: x is Sharded along the tokens (sequence parallelism) and the weight is Invariant; pass replicate(weight)
   auto ln_w = Tensor<float, Invariant>::ones(comm, {10});
   auto y = layer_norm(s0, ln_w, ln_w);
+#elif SHARDEX_FAIL_CASE == 46
+  // expect: shardex::causal_attention(q, k, v): q, k, v (batch, seq, heads, dh) are sharded along the sequence
+  auto q4 = Tensor<float, Sharded<1>>::ones(comm, {2, 4, 3, 2}, layout_mapping<Sharded<1>>({1, 1, 1, 1}));
+  auto y = causal_attention(q4, q4, q4);
+#elif SHARDEX_FAIL_CASE == 47
+  // expect: shardex::split_heads / merge_heads: a sharded x must be split along the heads
+  auto y = split_heads(s0, 2, 2);
 #endif
 #if defined(SHARDEX_FAIL_CASE)
   (void)y;

@@ -294,6 +294,30 @@ void model_layers(std::uint64_t seed) {
     CHECK_CLOSE(wc.grad(), w.grad(), T, "norms dw");
     CHECK_CLOSE(bc.grad(), b.grad(), T, "layer_norm db");
   }
+  SUBCASE("causal attention with heads sharded and grouped KV heads, through split_heads and merge_heads") {
+    const std::int64_t B = 2, S = 5, dh = 3;
+    Lens cols;
+    for (auto l : ls) cols.push_back(2 * l * dh);  // two query heads per KV head
+    Lens kv_cols;
+    for (auto l : ls) kv_cols.push_back(l * dh);
+    auto q = random<T, S1>({B * S, 2 * total * dh}, seed + 9, cols);
+    auto k = random<T, S1>({B * S, total * dh}, seed + 10, kv_cols),
+         v = random<T, S1>({B * S, total * dh}, seed + 11, kv_cols);
+    auto qc = to<Cuda>(q, gpu()), kc = to<Cuda>(k, gpu()), vc = to<Cuda>(v, gpu());
+    q.requires_grad(), k.requires_grad(), v.requires_grad();
+    qc.requires_grad(), kc.requires_grad(), vc.requires_grad();
+    Tensor<T, S1> yh =
+        merge_heads(causal_attention(split_heads(q, B, dh), split_heads(k, B, dh), split_heads(v, B, dh)));
+    Tensor<T, S1, Cuda> yc =
+        merge_heads(causal_attention(split_heads(qc, B, dh), split_heads(kc, B, dh), split_heads(vc, B, dh)));
+    CHECK_CLOSE(yc, yh, T, "causal attention forward");
+    const auto g = random<T, S1>({B * S, 2 * total * dh}, seed + 12, cols);
+    backward_with(yh, g);
+    backward_with(yc, to<Cuda>(g, gpu()));
+    CHECK_CLOSE(qc.grad(), q.grad(), T, "causal attention dq");
+    CHECK_CLOSE(kc.grad(), k.grad(), T, "causal attention dk");
+    CHECK_CLOSE(vc.grad(), v.grad(), T, "causal attention dv");
+  }
   SUBCASE("cross_entropy of vocab-parallel logits") {
     auto targets = Tensor<std::int32_t, I>::uniform(host(), {4}, seed + 7, 0, total);
     auto logits = random<T, S1>({4, total}, seed + 8, ls);

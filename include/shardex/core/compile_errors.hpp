@@ -201,6 +201,13 @@
 #define SHARDEX_ERR_EMBEDDING_TABLE_NOT_FLOAT \
   "shardex::embedding(ids, table): the table must be a float or double tensor (vocab, hidden)"
 #define SHARDEX_ERR_EMBEDDING_DEVICES "shardex: the token ids and the float tensor must be on the same device"
+// ---- shardex/nn/causal_attention.hpp ---------------------------------------------------
+#define SHARDEX_ERR_CAUSAL_ATTENTION_SEQUENCE_SHARDED                                                    \
+  "shardex::causal_attention(q, k, v): q, k, v (batch, seq, heads, dh) are sharded along the sequence; " \
+  "every query needs the keys before it: all_to_all to Sharded<2> (the heads) first"
+#define SHARDEX_ERR_CAUSAL_ATTENTION_SHARDED_DIM                                                              \
+  "shardex::causal_attention(q, k, v) on (batch, seq, heads, dh) takes whole tensors, Sharded<2> (heads) or " \
+  "Sharded<0> (the batch)"
 // ---- shardex/nn/cross_entropy.hpp -----------------------------------------------------
 #define SHARDEX_ERR_CROSS_ENTROPY_PARTIAL                                                                  \
   "shardex::cross_entropy(logits, targets): the logits are Partial (a pending sum), and the softmax of a " \
@@ -215,6 +222,13 @@
 #define SHARDEX_ERR_CROSS_ENTROPY_TARGETS_NOT_INTEGER                                                \
   "shardex::cross_entropy(logits, targets): targets must be token ids (a Tensor of std::int32_t or " \
   "std::int64_t), not a float tensor"
+// ---- shardex/nn/heads.hpp -------------------------------------------------------------
+#define SHARDEX_ERR_HEADS_PARTIAL \
+  "shardex::split_heads / merge_heads: x is Partial; reduce it first (all_reduce or reduce_scatter)"
+#define SHARDEX_ERR_HEADS_SHARDED_DIM                                                                     \
+  "shardex::split_heads / merge_heads: a sharded x must be split along the heads: Sharded<1> for "        \
+  "split_heads' (tokens, heads * dh), Sharded<2> for merge_heads' (batch, seq, heads, dh); redistribute " \
+  "it first"
 // ---- shardex/nn/norm.hpp --------------------------------------------------------------
 #define SHARDEX_ERR_NORM_PARTIAL                                                                        \
   "shardex::layer_norm / rms_norm: x is Partial (a pending sum), and the norm of a part is not a part " \

@@ -2,7 +2,8 @@
 #pragma once
 /// @file
 /// @brief The per-element and per-row math of the token layers (embedding
-/// lookup and its scatter-add, the vocab-parallel cross-entropy), written once
+/// lookup and its scatter-add, the vocab-parallel cross-entropy, attention's
+/// causal mask), written once
 /// for both devices: `Host` loops over them and the Cuda kernels
 /// (src/cuda/kernels.cu) call the same functions, so the host tests cover the
 /// device's logic too.
@@ -82,6 +83,14 @@ SHARDEX_HD inline T cross_entropy_grad_at(const T* logits, const I* targets, con
   const T p = math::exp(logits[i] - max[t]) / sum_exp[t];
   const T hot = static_cast<std::int64_t>(targets[t]) == first + c ? T(1) : T(0);
   return (p - hot) * scale[t];
+}
+
+/// Element i of a (blocks, seq, seq) array of attention scores under the
+/// causal mask: -infinity where the key comes after the query (column > row),
+/// so that the row softmax gives it zero weight; unchanged elsewhere.
+template <class T>
+SHARDEX_HD inline void causal_mask_at(T* scores, std::int64_t i, std::int64_t seq) {
+  if (i % seq > (i / seq) % seq) scores[i] = -std::numeric_limits<T>::infinity();
 }
 
 }  // namespace shardex::tokens

@@ -180,7 +180,8 @@ struct Host {
   /// device/token_ops.hpp (the Cuda device runs the same functions in kernels):
   /// embedding's lookup into out (tokens x width) and its scatter-add into
   /// dtable; cross-entropy's row max, its packed (sum of exp, target logit)
-  /// pair per row, and its logit gradient. `first` is the global index of the
+  /// pair per row, and its logit gradient; attention's causal mask over
+  /// `blocks` (seq x seq) score blocks. `first` is the global index of the
   /// rank's first table row or logit column.
   template <class T, class I>
   static void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width,
@@ -192,6 +193,10 @@ struct Host {
                                  std::int64_t first, std::int64_t rows) {
     for (std::int64_t i = 0; i < tokens * width; ++i)
       tokens::embedding_grad_at(dtable, ids, g, i, width, first, rows, [](T* p, T v) { *p += v; });
+  }
+  template <class T>
+  static void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq) {
+    for (std::int64_t i = 0; i < blocks * seq * seq; ++i) tokens::causal_mask_at(scores, i, seq);
   }
   template <class T>
   static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file
+/// @brief `causal_attention(q, k, v)`: softmax(q k^T / sqrt(dh) + causal mask) v
+/// for a batch of sequences laid out (batch, seq, heads, dh), as
+/// torch's scaled_dot_product_attention(q, k, v, is_causal=True) on
+/// (batch, heads, seq, dh). No token attends to a later one or to another
+/// sequence. Local to each head: the layouts allowed are whole ones (I, R),
+/// `Sharded<2>` (the heads split over the ranks in any lengths, zeros
+/// included: 12 heads over 5 ranks as 3,3,2,2,2) and `Sharded<0>` (the batch
+/// split: data parallelism). Grouped-query attention: k and v may have fewer
+/// heads (KV groups) than q, each serving `group = q heads / kv heads`
+/// consecutive query heads; with heads sharded, each rank holds whole groups
+/// (q's head lengths are the KV lengths times the group). The scores are made
+/// one sequence at a time (a (local heads, seq, seq) block, and one more in the
+/// backward, which recomputes them), never for the whole batch.
+///
+/// @code
+/// // (batch, seq, heads, dh), 12 heads over the ranks in any lengths
+/// Tensor<float, Sharded<2>> y = causal_attention(q, k, v);
+/// @endcode
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "shardex/core/compile_errors.hpp"
+#include "shardex/expr/expression.hpp"
+#include "shardex/expr/rules.hpp"
+#include "shardex/transition/plan_step.hpp"
+
+namespace shardex {
+
+namespace rules {
+/// The rule of causal_attention(q, k, v) on (batch, seq, heads, dh): one
+/// layout for the three, whole (I, R), Sharded<2> (heads) or Sharded<0>
+/// (batch); never Partial, the sequence or dh sharded.
+template <LayoutTag Q, LayoutTag K, LayoutTag V>
+struct causal_attention {
+  static_assert(std::same_as<Q, K> && std::same_as<K, V>, SHARDEX_ERR_ATTENTION_MIXED_LAYOUTS);
+  static_assert(!std::same_as<Q, Partial>, SHARDEX_ERR_ATTENTION_PARTIAL);
+  static_assert(!sharded_on<Q, 1>, SHARDEX_ERR_CAUSAL_ATTENTION_SEQUENCE_SHARDED);
+  static_assert(!is_sharded_v<Q> || sharded_on<Q, 0> || sharded_on<Q, 1> || sharded_on<Q, 2>,
+                SHARDEX_ERR_CAUSAL_ATTENTION_SHARDED_DIM);
+  /// The heads are split over the ranks.
+  static constexpr bool heads_sharded = sharded_on<Q, 2>;
+  /// The result's layout: q's.
+  using type = Q;
+};
+}  // namespace rules
+
+/// @brief The node of `causal_attention(q, k, v)`; its layout is rules::causal_attention's.
+template <TensorExpr Q, TensorExpr K, TensorExpr V>
+class CausalAttention {
+public:
+  ///@{
+  /// The TensorExpr interface (q's shape, communicator and mapping), the
+  /// operands; for explain, the operands and the (local) step.
+  static constexpr const char* node_name = "causal_attention";
+  using value_type = typename Q::value_type;
+  using device_type = typename Q::device_type;
+  using rule = rules::causal_attention<typename Q::layout_type, typename K::layout_type, typename V::layout_type>;
+  using layout_type = typename rule::type;
+  static_assert(Scalar<value_type>, SHARDEX_ERR_TOKEN_IDS_FLOAT_ONLY);
+
+  /// The node (causal_attention() builds it).
+  CausalAttention(Q q, K k, V v) : q_(std::move(q)), k_(std::move(k)), v_(std::move(v)) {}
+  [[nodiscard]] Shape shape() const { return q_.shape(); }
+  [[nodiscard]] decltype(auto) comm() const { return q_.comm(); }
+  [[nodiscard]] decltype(auto) mapping() const { return q_.mapping(); }
+  [[nodiscard]] std::tuple<const Q&, const K&, const V&> operands() const noexcept { return {q_, k_, v_}; }
+  [[nodiscard]] PlanStep explain_step() const {
+    return PlanStep::local(node_name, "(" + layout_name(q_.mapping()) + ", " + layout_name(k_.mapping()) + ")",
+                           layout_name(mapping()));
+  }
+  ///@}
+
+private:
+  Q q_;
+  K k_;
+  V v_;
+};
+
+/// Causal attention of q (batch, seq, heads, dh) over k, v (batch, seq, kv
+/// heads, dh), lazy; see the file's note for the layouts and groups.
+template <TensorExpr Q, TensorExpr K, TensorExpr V>
+auto causal_attention(const Q& q, const K& k, const V& v) {
+  return CausalAttention<Q, K, V>(q, k, v);
+}
+
+namespace detail {
+
+/// The local geometry of causal attention: batch b, sequence s, q heads hq
+/// and KV heads hk on this rank (hq = group * hk), head size dh. Head h of
+/// sequence b of a (batch, seq, heads, dh) array is a seq x dh matrix with row
+/// stride heads * dh at offset (b * seq * heads + h) * dh.
+struct CausalShapes {
+  std::int64_t batch, seq, hq, hk, dh;
+  [[nodiscard]] std::int64_t group() const { return hk > 0 ? hq / hk : 0; }
+  /// Offsets of head h of sequence b in q (or the output) and in k / v.
+  [[nodiscard]] std::int64_t q_at(std::int64_t b, std::int64_t h) const { return (b * seq * hq + h) * dh; }
+  [[nodiscard]] std::int64_t kv_at(std::int64_t b, std::int64_t h) const { return (b * seq * hk + h) * dh; }
+  [[nodiscard]] std::int64_t block() const { return seq * seq; }
+  /// The `group` query heads of one KV group against its one K: m = n = seq, k = dh.
+  [[nodiscard]] GemmShape scores() const {
+    return {seq, seq, dh, false, true, hq * dh, hk * dh, seq, dh, 0, block(), group()};
+  }
+  /// O_h = P_h V (or dQ_h = dS_h K): m = seq, n = dh, k = seq, per query head of the group.
+  [[nodiscard]] GemmShape apply() const {
+    return {seq, dh, seq, false, false, seq, hk * dh, hq * dh, block(), 0, dh, group()};
+  }
+  /// dV += P_h^T G_h (or dK += dS_h^T Q_h) for one query head: m = seq, n = dh, k = seq.
+  [[nodiscard]] GemmShape apply_transposed() const {
+    return {seq, dh, seq, true, false, seq, hq * dh, hk * dh, 0, 0, 0, 1};
+  }
+};
+
+}  // namespace detail
+
+/// Runs the node: per sequence and KV group, batched GEMMs for the scores,
+/// the causal mask, a row softmax, and the product with V; the backward
+/// recomputes each sequence's probabilities.
+/// @throws invalid_argument unless q, k, v are 4-d with one batch, sequence
+/// and head size, q's heads a multiple of k's (and v's equal to k's), and,
+/// with heads sharded, each rank's q heads its KV heads times the group.
+template <TensorExpr Q, TensorExpr K, TensorExpr V>
+auto evaluate(const CausalAttention<Q, K, V>& e) {
+  using T = typename Q::value_type;
+  using L = typename CausalAttention<Q, K, V>::layout_type;
+  using Dev = typename Q::device_type;
+  auto q = eval(std::get<0>(e.operands())), k = eval(std::get<1>(e.operands())), v = eval(std::get<2>(e.operands()));
+  const Shape gq = q.shape(), gk = k.shape(), sq = q.local_shape(), sk = k.local_shape();
+  const auto fail = [&](const std::string& why) {
+    throw invalid_argument("shardex::causal_attention(q, k, v) on rank " + std::to_string(q.rank()) + ": " + why +
+                           "; q is " + q.describe() + ", k " + k.describe() + ", v " + v.describe());
+  };
+  if (gq.rank() != 4 || gk.rank() != 4 || !(v.shape() == gk) || !(v.local_shape() == sk))
+    fail("q, k, v must be (batch, seq, heads, dh), and v of k's shape");
+  if (gq[0] != gk[0] || gq[1] != gk[1] || gq[3] != gk[3])
+    fail("q and k must have the same batch, sequence and head size");
+  if (gk[2] == 0 ? gq[2] != 0 : gq[2] % gk[2] != 0)
+    fail("q's " + std::to_string(gq[2]) + " heads must be a multiple of k's " + std::to_string(gk[2]) +
+         " (grouped-query attention: each KV head serves a group of query heads)");
+  const std::int64_t group = gk[2] > 0 ? gq[2] / gk[2] : 1;
+  if constexpr (CausalAttention<Q, K, V>::rule::heads_sharded) {
+    bool whole_groups = true;
+    std::vector<std::int64_t> legal;
+    for (std::size_t r = 0; r < k.lengths().size(); ++r) {
+      whole_groups = whole_groups && q.lengths()[r] == group * k.lengths()[r];
+      legal.push_back(group * k.lengths()[r]);
+    }
+    if (!whole_groups)
+      fail("with the heads sharded each rank holds whole KV groups: for k's head lengths " + to_string(k.lengths()) +
+           " and groups of " + std::to_string(group) + ", q's head lengths must be " + to_string(legal) + ", not " +
+           to_string(q.lengths()));
+  }
+  const detail::CausalShapes cs{sq[0], sq[1], sq[2], sk[2], sq[3]};
+  const T scale = cs.dh > 0 ? T(1) / std::sqrt(T(cs.dh)) : T(1);
+  // The probabilities of sequence b, all local heads: (hq, seq, seq).
+  const auto probabilities = [cs, scale](const T* qd, const T* kd, std::int64_t b, T* p) {
+    for (std::int64_t g = 0; g < cs.hk; ++g)
+      Dev::gemm(cs.scores(), scale, qd + cs.q_at(b, g * cs.group()), kd + cs.kv_at(b, g), T(0),
+                p + g * cs.group() * cs.block());
+    Dev::causal_mask(p, cs.hq, cs.seq);
+    Dev::softmax_rows(p, cs.hq * cs.seq, cs.seq);
+  };
+  auto out = Tensor<T, L, Dev>::zeroed(q.comm(), q.shape(), q.mapping());
+  {
+    auto p = Dev::template allocate_uninitialized<T>(cs.hq * cs.block());
+    for (std::int64_t b = 0; b < cs.batch; ++b) {
+      probabilities(q.data(), k.data(), b, p.get());
+      for (std::int64_t g = 0; g < cs.hk; ++g)
+        Dev::gemm(cs.apply(), T(1), p.get() + g * cs.group() * cs.block(), v.data() + cs.kv_at(b, g), T(0),
+                  out.data() + cs.q_at(b, g * cs.group()));
+    }
+  }
+  if (q.node() || k.node() || v.node()) {
+    std::vector<std::shared_ptr<autodiff::Node>> inputs;
+    autodiff::add_input(inputs, q.node());
+    autodiff::add_input(inputs, k.node());
+    autodiff::add_input(inputs, v.node());
+    out.record("causal_attention", std::move(inputs),
+               [q, k, v, cs, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
+                 auto dq = q.node() ? q.node()->make_full(T(0)) : typename decltype(q)::grad_type{};
+                 auto dk = k.node() ? k.node()->make_full(T(0)) : typename decltype(k)::grad_type{};
+                 auto dv = v.node() ? v.node()->make_full(T(0)) : typename decltype(v)::grad_type{};
+                 auto p = Dev::template allocate_uninitialized<T>(cs.hq * cs.block());
+                 auto ds = Dev::template allocate_uninitialized<T>(cs.hq * cs.block());
+                 for (std::int64_t b = 0; b < cs.batch; ++b) {
+                   probabilities(q.data(), k.data(), b, p.get());  // recomputed: one sequence at a time
+                   for (std::int64_t h = 0; h < cs.hq; ++h) {
+                     const std::int64_t kv = h / cs.group();
+                     if (v.node())  // dV_kv += P_h^T G_h
+                       Dev::gemm(cs.apply_transposed(), T(1), p.get() + h * cs.block(), g.data() + cs.q_at(b, h), T(1),
+                                 dv.data() + cs.kv_at(b, kv));
+                   }
+                   if (!q.node() && !k.node()) continue;
+                   // dP = G V^T per group, then dS = scale * P * (dP - rowsum(dP * P)) in place.
+                   for (std::int64_t kv = 0; kv < cs.hk; ++kv)
+                     Dev::gemm(cs.scores(), T(1), g.data() + cs.q_at(b, kv * cs.group()), v.data() + cs.kv_at(b, kv),
+                               T(0), ds.get() + kv * cs.group() * cs.block());
+                   Dev::softmax_backward_rows(p.get(), ds.get(), cs.hq * cs.seq, cs.seq, scale);
+                   for (std::int64_t kv = 0; kv < cs.hk; ++kv) {
+                     if (q.node())  // dQ_h = dS_h K_kv
+                       Dev::gemm(cs.apply(), T(1), ds.get() + kv * cs.group() * cs.block(), k.data() + cs.kv_at(b, kv),
+                                 T(0), dq.data() + cs.q_at(b, kv * cs.group()));
+                     if (k.node())  // dK_kv += dS_h^T Q_h over the group's heads
+                       for (std::int64_t h = kv * cs.group(); h < (kv + 1) * cs.group(); ++h)
+                         Dev::gemm(cs.apply_transposed(), T(1), ds.get() + h * cs.block(), q.data() + cs.q_at(b, h),
+                                   T(1), dk.data() + cs.kv_at(b, kv));
+                   }
+                 }
+                 if (q.node()) q.node()->accumulate(dq);
+                 if (k.node()) k.node()->accumulate(dk);
+                 if (v.node()) v.node()->accumulate(dv);
+               });
+  }
+  return out;
+}
+
+}  // namespace shardex
