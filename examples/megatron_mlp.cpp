@@ -117,17 +117,13 @@ example::Run<T> train(const typename Dev::communicator& comm, const MlpFlags& f,
   const bool use_adam = f.optimizer == "adam";
   // --lr auto: 1.6 / hidden for SGD (0.05 at the default width), 0.32 / hidden for Adam.
   const double lr = example::learning_rate(f, use_adam ? 0.32 : 1.6, hidden);
-  // Adam's update runs on host tensors.
-  using Opt = std::conditional_t<std::same_as<Dev, Host>,
-                                 Adam<decltype(model.A), decltype(model.a), decltype(model.B), decltype(model.b)>, int>;
+  // Adam's moments live on the parameters' device; a checkpoint of device tensors goes through the host.
+  using Opt = Adam<decltype(model.A), decltype(model.a), decltype(model.B), decltype(model.b)>;
   std::optional<Opt> adam;
-  if constexpr (std::same_as<Dev, Host>)
-    if (use_adam) adam.emplace(AdamOptions{.lr = lr}, model.A, model.a, model.B, model.b);
-  // (--optimizer adam, --save and --resume on --backend nccl are refused with the flags: see main.)
+  if (use_adam) adam.emplace(AdamOptions{.lr = lr}, model.A, model.a, model.B, model.b);
   Opt* opt = adam ? &*adam : nullptr;
   std::int64_t first = 0;
-  if constexpr (std::same_as<Dev, Host>)
-    if (!f.resume.empty()) first = resume_state(f.resume, model, opt);
+  if (!f.resume.empty()) first = resume_state(f.resume, model, opt);
   for (std::int64_t step = first; step < first + steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     auto x = example::normal<Dev, T, Invariant>(comm, {batch, hidden}, seed + 1000 + std::uint64_t(step % f.batches));
@@ -148,18 +144,13 @@ example::Run<T> train(const typename Dev::communicator& comm, const MlpFlags& f,
                   {"dB", example::on_host(eager::all_gather<Invariant>(model.B.grad()))},
                   {"db", example::on_host(model.b.grad())}};
     }
-    if constexpr (std::same_as<Dev, Host>) {
-      if (adam)
-        adam->step(model.A, model.a, model.B, model.b);
-      else
-        sgd_step(lr, model.A, model.a, model.B, model.b);
-    } else {
+    if (adam)
+      adam->step(model.A, model.a, model.B, model.b);
+    else
       sgd_step(lr, model.A, model.a, model.B, model.b);
-    }
     example::end_step(comm, run, step - first, t0, report);
   }
-  if constexpr (std::same_as<Dev, Host>)
-    if (report && !f.save.empty()) save_state(f.save, model, opt, first + steps);
+  if (report && !f.save.empty()) save_state(f.save, model, opt, first + steps);
   return run;
 }
 
@@ -198,10 +189,6 @@ int main(int argc, char** argv) {
             throw CLI::ValidationError(
                 "--save and --resume name the same file: the sharded run would overwrite it "
                 "before the unsharded run resumes from it");
-          if (f.backend != "mpi" && f.optimizer == "adam")
-            throw CLI::ValidationError("--optimizer adam runs on the host only (--backend mpi)");
-          if (f.backend != "mpi" && !(f.resume.empty() && f.save.empty()))
-            throw CLI::ValidationError("--save and --resume run on the host only (--backend mpi)");
         });
       },
       [](const mpi::Communicator& comm, const MlpFlags& f, auto t, auto dev) {

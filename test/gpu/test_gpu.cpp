@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <shardex/autodiff/adam.hpp>
 #include <shardex/cuda.hpp>
 
 #include "support/dist.hpp"
@@ -317,6 +318,26 @@ void model_layers(std::uint64_t seed) {
     CHECK_CLOSE(qc.grad(), q.grad(), T, "causal attention dq");
     CHECK_CLOSE(kc.grad(), k.grad(), T, "causal attention dk");
     CHECK_CLOSE(vc.grad(), v.grad(), T, "causal attention dv");
+  }
+  SUBCASE("AdamW on the device, one fused pass per parameter") {
+    auto w = random<T, S0>({total, 4}, seed + 13, ls);
+    auto b = random<T, I>({4}, seed + 14);
+    auto wc = to<Cuda>(w, gpu()), bc = to<Cuda>(b, gpu());
+    w.requires_grad(), b.requires_grad(), wc.requires_grad(), bc.requires_grad();
+    const AdamOptions o{.lr = 0.05, .beta1 = 0.8, .beta2 = 0.95, .weight_decay = 0.3};
+    Adam adam(o, w, no_weight_decay(b));
+    Adam adamc(o, wc, no_weight_decay(bc));
+    for (int step = 0; step < 3; ++step) {
+      backward_with(Tensor<T, S0>(w * w), random<T, S0>({total, 4}, seed + 15 + step, ls));
+      backward_with(Tensor<T, S0, Cuda>(wc * wc), to<Cuda>(random<T, S0>({total, 4}, seed + 15 + step, ls), gpu()));
+      backward(Tensor<T, I>(sum(b * b)));
+      backward(Tensor<T, I, Cuda>(sum(bc * bc)));
+      adam.step(w, b);
+      adamc.step(wc, bc);
+    }
+    CHECK_CLOSE(wc, w, T, "AdamW's weight after 3 steps");
+    CHECK_CLOSE(bc, b, T, "AdamW's bias after 3 steps");
+    CHECK_CLOSE(std::get<0>(adamc.second_moments()), std::get<0>(adam.second_moments()), T, "the second moment");
   }
   SUBCASE("cross_entropy of vocab-parallel logits") {
     auto targets = Tensor<std::int32_t, I>::uniform(host(), {4}, seed + 7, 0, total);

@@ -26,6 +26,7 @@
 
 #include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
+#include "shardex/device/optimizer_ops.hpp"
 #include "shardex/tensor/tensor.hpp"
 
 namespace shardex {
@@ -85,16 +86,17 @@ constexpr bool decays(const NoWeightDecay<X>&) {
 }
 }  // namespace detail
 
-/// @brief Adam over the parameters P... (host tensors whose gradient has
-/// their own layout); the moments are laid out like the parameters.
+/// @brief Adam over the parameters P... (tensors on any device whose gradient
+/// has their own layout); the moments are laid out like the parameters, on
+/// the parameters' device, and each step is one fused pass per parameter
+/// (device/optimizer_ops.hpp, for the host loop and the CUDA kernel alike).
 template <class... P>
 class Adam {
 public:
   /// Zero moments shaped and laid out like `params` (each a parameter, or a
   /// parameter wrapped in no_weight_decay).
   template <class... A>
-    requires(sizeof...(A) == sizeof...(P))
-  explicit Adam(AdamOptions o, const A&... params)
+  requires(sizeof...(A) == sizeof...(P)) explicit Adam(AdamOptions o, const A&... params)
       : o_(checked(o)),
         m_(zeros_like(detail::param_of(params))...),
         v_(zeros_like(detail::param_of(params))...),
@@ -146,7 +148,6 @@ private:
   template <class X>
   static X zeros_like(const X& p) {
     static_assert(std::same_as<typename X::grad_type, X>, SHARDEX_ERR_SGD_PARAMETER_NOT_SELF_DUAL);
-    static_assert(std::same_as<typename X::device_type, Host>, SHARDEX_ERR_ADAM_HOST_ONLY);
     p.require_valid("shardex::Adam");
     return X::zeroed(p.comm(), p.shape(), p.mapping());
   }
@@ -157,21 +158,14 @@ private:
   template <class X>
   void update(X& p, X& m, X& v, bool decay) {
     if (!p.has_grad()) return;
-    using T = typename X::value_type;
-    const auto& g = p.grad();
-    const double c1 = 1 - std::pow(o_.beta1, static_cast<double>(t_)),
-                 c2 = 1 - std::pow(o_.beta2, static_cast<double>(t_));
-    T* pd = p.data();
-    T* md = m.data();
-    T* vd = v.data();
-    const T* gd = g.data();
-    const double shrink = decay ? 1 - o_.lr * o_.weight_decay : 1.0;
-    for (std::int64_t i = 0; i < p.size(); ++i) {
-      pd[i] = static_cast<T>(shrink * pd[i]);
-      md[i] = static_cast<T>(o_.beta1 * md[i] + (1 - o_.beta1) * gd[i]);
-      vd[i] = static_cast<T>(o_.beta2 * vd[i] + (1 - o_.beta2) * gd[i] * gd[i]);
-      pd[i] -= static_cast<T>(o_.lr * (md[i] / c1) / (std::sqrt(vd[i] / c2) + o_.eps));
-    }
+    const optim::AdamStep s{o_.lr,
+                            o_.beta1,
+                            o_.beta2,
+                            o_.eps,
+                            1 - std::pow(o_.beta1, static_cast<double>(t_)),
+                            1 - std::pow(o_.beta2, static_cast<double>(t_)),
+                            decay ? 1 - o_.lr * o_.weight_decay : 1.0};
+    X::device_type::adam_update(p.data(), m.data(), v.data(), p.grad().data(), p.size(), s);  // one fused pass
     p.zero_grad();
   }
 

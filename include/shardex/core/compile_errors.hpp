@@ -10,10 +10,6 @@
 /// cases of test/fail/ pin these texts, and the `layers` test refuses a
 /// `static_assert` in include/ whose text is written anywhere but here.
 
-// ---- shardex/autodiff/adam.hpp -------------------------------------------------------
-#define SHARDEX_ERR_ADAM_HOST_ONLY                                                                 \
-  "shardex::Adam: the update runs on host tensors; a device parameter needs a device kernel this " \
-  "version does not have (use sgd_step, which runs on every device)"
 // ---- shardex/autodiff/grad_norm.hpp --------------------------------------------------
 #define SHARDEX_ERR_GRAD_NORM_NOT_SELF_DUAL                                                                \
   "shardex::grad_norm: a Replicated (or Partial) parameter's gradient is a pending sum over ranks, whose " \

@@ -157,6 +157,10 @@ struct Cuda {
     cuda::kernels::softmax_backward_rows(p, dp, rows, cols, scale, cuda::compute_stream());
   }
   template <class T>
+  static void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& step) {
+    cuda::kernels::adam_update(p, m, v, g, n, step, cuda::compute_stream());
+  }
+  template <class T>
   static void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows,
                            std::int64_t cols, T eps, bool rms) {
     cuda::kernels::norm_forward(x, w, b, y, mean, rstd, rows, cols, eps, rms, cuda::compute_stream());

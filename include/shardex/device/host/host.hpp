@@ -19,6 +19,7 @@
 #include "shardex/device/host/memory_pool.hpp"
 #include "shardex/device/host/threads.hpp"
 #include "shardex/device/norm_ops.hpp"
+#include "shardex/device/optimizer_ops.hpp"
 #include "shardex/device/token_ops.hpp"
 
 namespace shardex {
@@ -146,6 +147,13 @@ struct Host {
       const T dot = (D * P).sum();
       D = scale * P * (D - dot);
     }
+  }
+
+  /// One Adam step over n elements of a parameter, its gradient and moments
+  /// (optim::adam_update_at; the Cuda device runs it as one fused kernel).
+  template <class T>
+  static void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& s) {
+    for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p, m, v, g, i, s);
   }
 
   ///@{
