@@ -47,14 +47,35 @@ auto reshape(const E& x, const Shape& to) {
   return Reshape<E>(x, to);
 }
 
+namespace detail {
+
+/// x's local elements, in the same row-major order, as a tensor of layout L,
+/// global shape `to` and mapping `m` (one local copy); its backward, recorded
+/// as `op`, copies the gradient back into x's shape. Reshape and the heads'
+/// split and merge (nn/heads.hpp) are this.
+template <LayoutTag L, class X>
+auto same_elements(const X& x, const Shape& to, layout_mapping<L> m, const char* op) {
+  using T = typename X::value_type;
+  using Dev = typename X::device_type;
+  auto out = Tensor<T, L, Dev>::zeroed(x.comm(), to, std::move(m));
+  copy_elements<Dev>(x.data(), out.data(), x.size());
+  if (x.node())
+    out.record(op, {x.node()}, [in = x.node()](const Tensor<T, dual_t<L>, Dev>& g) {
+      auto gx = in->make_full(T(0));
+      copy_elements<Dev>(g.data(), gx.data(), g.size());
+      in->accumulate(gx);
+    });
+  return out;
+}
+
+}  // namespace detail
+
 /// Runs the node: one local copy; the backward copies the gradient back.
 /// @throws invalid_argument if the element count differs, or a sharded x's
 /// dims up to the sharded one change.
 template <TensorExpr E>
 auto evaluate(const Reshape<E>& e) {
-  using T = typename E::value_type;
   using L = typename E::layout_type;
-  using Dev = typename E::device_type;
   auto x = eval(e.arg());
   const Shape& from = x.shape();
   const Shape to = e.shape();
@@ -68,15 +89,7 @@ auto evaluate(const Reshape<E>& e) {
         "shardex::reshape(x, " + to.str() + ") on rank " + std::to_string(x.rank()) + ": x is " + x.describe() +
         (is_sharded_v<L> ? "; a sharded tensor keeps its dims up to the sharded one and its element count"
                          : "; the element count must stay the same"));
-  auto out = Tensor<T, L, Dev>::zeroed(x.comm(), to, x.mapping());
-  copy_elements<Dev>(x.data(), out.data(), x.size());
-  if (x.node())
-    out.record("reshape", {x.node()}, [in = x.node()](const Tensor<T, dual_t<L>, Dev>& g) {
-      auto gx = in->make_full(T(0));
-      copy_elements<Dev>(g.data(), gx.data(), g.size());
-      in->accumulate(gx);
-    });
-  return out;
+  return detail::same_elements<L>(x, to, x.mapping(), "reshape");
 }
 
 }  // namespace shardex

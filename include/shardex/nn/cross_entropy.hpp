@@ -134,12 +134,12 @@ auto evaluate(const CrossEntropy<Logits, Targets>& e) {
     return "shardex::cross_entropy(logits, targets): logits " + logits.describe() + ", targets " + targets.describe();
   };
   std::string err;
-  std::vector<I> host_targets;
+  detail::HostView<I> host_targets;
   if (logits.shape().rank() != 2 || targets.shape().rank() != 1 || targets.shape()[0] != logits.shape()[0])
     err = call() + ": logits must be 2-d (tokens, vocab) and targets 1-d with as many tokens";
   const std::int64_t vocab = logits.shape().rank() == 2 ? logits.shape()[1] : 0;
   if (err.empty()) {
-    host_targets = detail::ids_on_host<I>(targets);
+    host_targets = detail::HostView<I>::template of<Dev>(targets.data(), targets.size());
     if (std::string bad = detail::first_id_outside(host_targets, vocab, 0, options.ignore_index, "targets");
         !bad.empty())
       err = "shardex::cross_entropy(logits, targets) on rank " + std::to_string(logits.rank()) + ": " + bad +
@@ -161,9 +161,8 @@ auto evaluate(const CrossEntropy<Logits, Targets>& e) {
                           first);
   if constexpr (vocab_parallel) logits.comm().all_reduce(packed.get(), 2 * rows);
 
-  std::vector<T> host_max(static_cast<std::size_t>(rows)), host_packed(static_cast<std::size_t>(2 * rows));
-  Dev::download(host_max.data(), max.get(), rows);
-  Dev::download(host_packed.data(), packed.get(), 2 * rows);
+  const auto host_max = detail::HostView<T>::template of<Dev>(max.get(), rows);
+  const auto host_packed = detail::HostView<T>::template of<Dev>(packed.get(), 2 * rows);
   // Summed in double whatever T, in token order: the same number on every rank.
   double total = 0;
   std::int64_t counted = 0;

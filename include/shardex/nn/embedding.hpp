@@ -122,18 +122,37 @@ auto embedding(const Ids& ids, const Table& table) {
 
 namespace detail {
 
-/// The ids of a tensor on the host: the tensor's own memory on Host, else a copy.
-template <class I, class X>
-std::vector<I> ids_on_host(const X& ids) {
-  std::vector<I> host(static_cast<std::size_t>(ids.size()));
-  X::device_type::download(host.data(), ids.data(), ids.size());
-  return host;
-}
+/// n elements of device memory as the host reads them: the memory itself on
+/// Host (no copy), a downloaded copy on another device. Copies of the view
+/// stay valid while the memory does.
+template <class T>
+class HostView {
+public:
+  template <class Dev>
+  static HostView of(const T* p, std::int64_t n) {
+    HostView v;
+    v.n_ = n;
+    if constexpr (std::same_as<Dev, Host>) {
+      v.p_ = p;
+    } else {
+      v.copy_.resize(static_cast<std::size_t>(n));
+      Dev::download(v.copy_.data(), p, n);
+    }
+    return v;
+  }
+  [[nodiscard]] const T& operator[](std::size_t i) const { return copy_.empty() ? p_[i] : copy_[i]; }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(n_); }
+
+private:
+  const T* p_ = nullptr;
+  std::vector<T> copy_;
+  std::int64_t n_ = 0;
+};
 
 /// The first id of `ids` outside [0, bound) that is not `allowed` (a message
 /// naming it, its position and the bound), or an empty string.
 template <class I>
-std::string first_id_outside(const std::vector<I>& ids, std::int64_t bound, std::int64_t position_base,
+std::string first_id_outside(const HostView<I>& ids, std::int64_t bound, std::int64_t position_base,
                              std::int64_t allowed, const char* what) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto id = static_cast<std::int64_t>(ids[i]);
@@ -169,7 +188,9 @@ auto evaluate(const Embedding<Ids, Table>& e) {
   const std::int64_t vocab = table.shape().rank() == 2 ? table.shape()[0] : 0;
   if (err.empty()) {
     const std::int64_t base = is_sharded_v<typename decltype(ids)::layout_type> ? ids.global_offset() : 0;
-    if (std::string bad = detail::first_id_outside(detail::ids_on_host<I>(ids), vocab, base, -1, "ids"); !bad.empty())
+    if (std::string bad = detail::first_id_outside(detail::HostView<I>::template of<Dev>(ids.data(), ids.size()), vocab,
+                                                   base, -1, "ids");
+        !bad.empty())
       err = "shardex::embedding(ids, table) on rank " + std::to_string(table.rank()) + ": " + bad + "; table " +
             table.describe();
   }

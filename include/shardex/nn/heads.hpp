@@ -21,6 +21,7 @@
 
 #include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
+#include "shardex/expr/reshape.hpp"
 #include "shardex/expr/rules.hpp"
 
 namespace shardex {
@@ -102,9 +103,7 @@ auto merge_heads(const E& y) {
 /// and each rank's length by dh) and x has the rank the function takes.
 template <TensorExpr E, bool Split>
 auto evaluate(const Heads<E, Split>& e) {
-  using T = typename E::value_type;
   using L = typename Heads<E, Split>::layout_type;
-  using Dev = typename E::device_type;
   auto x = eval(e.arg());
   const Shape s = x.shape();
   bool ok = Split ? (s.rank() == 2 && e.batch() > 0 && e.dh() > 0 && s[0] % e.batch() == 0 && s[1] % e.dh() == 0)
@@ -118,15 +117,7 @@ auto evaluate(const Heads<E, Split>& e) {
                                         std::to_string(e.batch()) + " and the columns (and each rank's length) of dh " +
                                         std::to_string(e.dh())
                                   : std::string("; it must be (batch, seq, heads, dh)")));
-  auto out = Tensor<T, L, Dev>::zeroed(x.comm(), e.shape(), e.mapping());
-  copy_elements<Dev>(x.data(), out.data(), x.size());
-  if (x.node())
-    out.record(Heads<E, Split>::node_name, {x.node()}, [in = x.node()](const Tensor<T, dual_t<L>, Dev>& g) {
-      auto gx = in->make_full(T(0));
-      copy_elements<Dev>(g.data(), gx.data(), g.size());
-      in->accumulate(gx);
-    });
-  return out;
+  return detail::same_elements<L>(x, e.shape(), e.mapping(), Heads<E, Split>::node_name);
 }
 
 }  // namespace shardex
