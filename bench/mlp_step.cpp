@@ -13,7 +13,8 @@
 // time, the part of it spent in backend calls (communication, from
 // shardex::counters) and the rest (compute), and the GEMM floor: the step's
 // flops per rank over the GEMM rate measured here, in the same run, on every
-// rank at once with the step's own shapes. And the timeline trace's cost
+// rank at once with the step's own shapes: Eigen's, the BLAS's and the kernel
+// the start-up choice runs (device/host/gemm_kernels.hpp), the floor the faster. And the timeline trace's cost
 // (core/trace.hpp): the measured steps alternate between tracing off and on,
 // so both medians come from the same run; off, the cost is the spans a step
 // makes times what a span costs with tracing off (timed here too).
@@ -76,22 +77,30 @@ int main(int argc, char** argv) {
     auto b = Tensor<T32, Invariant>::normal(comm, {H}, 5, 0.f, 0.1f).requires_grad();
     auto G = Tensor<T32, Invariant>::normal(comm, {T, H}, 6);
 
-    // The GEMM rate of this machine, all ranks at once, on the step's first product.
+    // The GEMM rate of this machine, all ranks at once, on the step's first
+    // product: with each kernel (device/host/gemm_kernels.hpp), and with the one
+    // the start-up choice runs for it. The floor takes the faster kernel.
     const std::int64_t f_me = lens[static_cast<std::size_t>(comm.rank())];
-    double gemm_s = 0;
-    {
+    const GemmShape first = GemmShape::plain(T, H, f_me);
+    auto gemm_rate = [&](auto&& run) {
       auto out = Host::allocate<T32>(T * f_me);
       std::vector<double> ts;
       for (int i = 0; i < 4; ++i) {
         comm.barrier();
         const auto t0 = std::chrono::steady_clock::now();
-        Host::gemm(GemmShape::plain(T, H, f_me), 1.f, X.data(), A.data(), 0.f, out.get());
+        run(out.get());
         ts.push_back(
             max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
       }
-      gemm_s = *std::min_element(ts.begin() + 1, ts.end());
-    }
-    const double gflops_per_s = 2.0 * double(T) * double(H) * double(f_me) / gemm_s / 1e9;  // per rank
+      return 2.0 * double(T) * double(H) * double(f_me) / *std::min_element(ts.begin() + 1, ts.end()) / 1e9;
+    };
+    auto with = [&](host::GemmKernel k) {
+      return gemm_rate([&](T32* out) { host::gemm_with(k, first, 1.f, X.data(), A.data(), 0.f, out); });
+    };
+    const double eigen_gflops = with(host::GemmKernel::eigen);
+    const double blas_gflops = host::have_blas() ? with(host::GemmKernel::blas) : 0.0;
+    const double chosen_gflops = gemm_rate([&](T32* out) { Host::gemm(first, 1.f, X.data(), A.data(), 0.f, out); });
+    const double gflops_per_s = std::max(eigen_gflops, blas_gflops);  // per rank
     const double flops_per_rank = 12.0 * double(T) * double(H) * double(f_me);
     const double floor_ms = flops_per_rank / (gflops_per_s * 1e9) * 1e3;
 
@@ -148,7 +157,9 @@ int main(int argc, char** argv) {
                 << ",\"ffn\":" << F << ",\"dtype\":\"float32\",\"step_ms\":" << step << ",\"comm_ms\":" << cm
                 << ",\"compute_ms\":" << (cm >= 0 ? step - cm : -1) << ",\"steps\":" << steps
                 << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9
-                << ",\"gemm_gflops_per_rank\":" << gflops_per_s << ",\"gemm_floor_ms\":" << floor_ms
+                << ",\"gemm_gflops_per_rank\":" << gflops_per_s << ",\"gemm_gflops_eigen\":" << eigen_gflops
+                << ",\"gemm_gflops_blas\":" << blas_gflops << ",\"gemm_gflops_chosen\":" << chosen_gflops
+                << ",\"gemm_kernel\":\"" << Host::gemm_kernel<T32>(first) << "\",\"gemm_floor_ms\":" << floor_ms
                 << ",\"vs_floor\":" << step / floor_ms << ",\"traced_step_ms\":" << median(traced_ms)
                 << ",\"trace_on_ratio\":" << median(traced_ms) / step << ",\"spans_per_step\":" << spans_per_step
                 << ",\"span_off_ns\":" << span_off_ns

@@ -1,15 +1,13 @@
 // SPDX-License-Identifier: MIT
 // What every user of the host backend would otherwise compile for itself:
 // the transition table's host entries for float and double with run-time
-// lengths (transition/table.hpp declares them extern) and Eigen's kernels
-// behind Host::gemm and Host::sum (device/host/host.hpp).
+// lengths (transition/table.hpp declares them extern) and Eigen's kernel
+// behind Host::sum (device/host/host.hpp); Host::gemm is in host_gemm.cpp.
 #include "shardex/device/host/host.hpp"
 #include "shardex/transition/table.hpp"
 
 namespace shardex {
 
-template void Host::gemm<float>(const GemmShape&, float, const float*, const float*, float, float*);
-template void Host::gemm<double>(const GemmShape&, double, const double*, const double*, double, double*);
 template float Host::sum<float>(const float*, std::int64_t);
 template double Host::sum<double>(const double*, std::int64_t);
 

@@ -9,6 +9,7 @@
 
 #include "shardex/backend/mpi/communicator.hpp"
 #include "shardex/core/watchdog.hpp"
+#include "shardex/device/host/gemm_kernels.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 
 namespace shardex::mpi {
@@ -19,6 +20,15 @@ bool initialized() {
   MPI_Initialized(&flag);
   return flag != 0;
 }
+
+// Every rank times the GEMM kernels at once and all take the sums (integers:
+// exact, so every rank chooses the same kernel for each shape class).
+void choose_gemm_kernels_together() {
+  host::choose_gemm_kernels([](std::vector<std::int64_t>& ns) {
+    check(MPI_Allreduce(MPI_IN_PLACE, ns.data(), static_cast<int>(ns.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce (the GEMM kernels' timings)");
+  });
+}
 }  // namespace
 
 Environment::Environment(int& argc, char**& argv) {
@@ -28,6 +38,7 @@ Environment::Environment(int& argc, char**& argv) {
     owns_ = true;
   }
   if (owns_) trace::start_from_environment();
+  choose_gemm_kernels_together();
 }
 
 Environment::Environment() {
@@ -37,6 +48,7 @@ Environment::Environment() {
     owns_ = true;
   }
   if (owns_) trace::start_from_environment();
+  choose_gemm_kernels_together();
 }
 
 Environment::~Environment() {

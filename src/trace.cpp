@@ -4,6 +4,7 @@
 // on rank 0 of MPI_COMM_WORLD (or this process alone without MPI) and written
 // as one Chrome trace event file.
 #include "shardex/core/trace.hpp"
+#include "shardex/device/host/gemm_kernels.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -185,7 +186,9 @@ std::int64_t stop() {
   }
   if (rank == 0) {
     std::ofstream out(s.path);
-    out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"shardex\"},\"traceEvents\":[" << mine << "]}\n";
+    // The run's GEMM kernel per shape class (the same on every rank: agreed at start-up).
+    out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"shardex\"," << host::gemm_kernels_json()
+        << "},\"traceEvents\":[" << mine << "]}\n";
     if (!out) std::fprintf(stderr, "[shardex] trace: cannot write %s\n", s.path.c_str());
   }
   return count;

@@ -530,10 +530,12 @@ TEST_CASE_TEMPLATE("explain: local steps, and collectives() / collective_names()
           .requires_grad();
   const auto e = all_reduce(sum(gelu(add_bias(matmul(replicate(x), w), bias)) * 2.0));
   const Plan plan = explain(e);
-  CHECK(plan.str() == local_line("replicate", "I", "R") + local_line("matmul", "R x " + sh(1, a), sh(1, a)) +
-                          local_line("fused add, gelu, scale", "(" + sh(1, a) + ", " + sh(0, a) + " bias)", sh(1, a)) +
-                          local_line("sum", sh(1, a), "P(sum)") +
-                          line("all_reduce", "P(sum)", "R", "all_reduce", elem_bytes<T>()));
+  // The matmul names the GEMM kernel of this rank's product (2 x 3 by 3 x its columns).
+  const std::string gemm = Host::gemm_kernel<T>(GemmShape::plain(2, 3, a[static_cast<std::size_t>(comm.rank())]));
+  CHECK(plan.str() ==
+        local_line("replicate", "I", "R") + "matmul R x " + sh(1, a) + " -> " + sh(1, a) + "  [local, " + gemm + "]\n" +
+            local_line("fused add, gelu, scale", "(" + sh(1, a) + ", " + sh(0, a) + " bias)", sh(1, a)) +
+            local_line("sum", sh(1, a), "P(sum)") + line("all_reduce", "P(sum)", "R", "all_reduce", elem_bytes<T>()));
   CHECK(plan.collectives() == 1);
   CHECK(plan.collective_names() == "all_reduce");
   CHECK(plan.simplifications.empty());

@@ -5,7 +5,8 @@
 // whole tables, Sharded ids) with the table's gradient, and cross-entropy
 // (vocab-parallel and whole logits, an ignore index, mean and sum) with the
 // logits' gradient, both also against finite differences; out-of-range ids
-// and targets are an error on every rank; explain names the collectives.
+// and targets are an error on every rank; explain names the collectives; the
+// device's element functions equal the host's vectorized row passes.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -631,5 +632,86 @@ TEST_CASE("split_heads and merge_heads carry the lengths in units of heads, arou
     const auto x = Tensor<double, Sharded<1>>::zeros(world(), {2, 2 * n}, layout_mapping<Sharded<1>>(odd));
     CHECK_THROWS_WITH_AS((Tensor<double, Sharded<2>>(split_heads(x, 1, 2))),
                          doctest::Contains("each rank's length) of dh 2"), invalid_argument);
+  }
+}
+
+// The host runs the norms', cross-entropy's and the mask's row passes as Eigen
+// expressions; the Cuda kernels run the element and row functions of
+// device/norm_ops.hpp and token_ops.hpp. Both against each other here, so that
+// the host tests cover the device's math too (zero columns and rows included).
+TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp) equal the host's row passes", T, float,
+                   double) {
+  const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-2, 2);
+  const auto near = [tol](T a, T b) { return std::abs(double(a) - double(b)) <= tol * (1 + std::abs(double(b))); };
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{5, 7}, {3, 1}, {4, 0}, {0, 6}, {9, 64}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    std::vector<T> x(static_cast<std::size_t>(rows * cols)), g(x.size()), w(static_cast<std::size_t>(cols)),
+        b(w.size());
+    for (auto* v : {&x, &g, &w, &b})
+      for (auto& e : *v) e = static_cast<T>(u(rng));
+    for (const bool rms : {false, true}) {
+      std::vector<T> y(x.size()), mean(static_cast<std::size_t>(rows)), rstd(mean.size()), dx(x.size()), dw(w.size()),
+          db(w.size()), fdx(x.size()), fdw(w.size()), fdb(w.size());
+      Host::norm_forward(x.data(), w.data(), rms ? nullptr : b.data(), y.data(), mean.data(), rstd.data(), rows, cols,
+                         T(1e-5), rms);
+      Host::norm_backward_input(x.data(), w.data(), g.data(), mean.data(), rstd.data(), dx.data(), rows, cols, rms);
+      Host::norm_backward_weight(x.data(), g.data(), mean.data(), rstd.data(), dw.data(), db.data(), rows, cols);
+      Host::norm_backward_fused(x.data(), w.data(), g.data(), mean.data(), rstd.data(), fdx.data(), fdw.data(),
+                                fdb.data(), rows, cols, rms);
+      int bad = 0;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        T m{}, s{};
+        norms::row_stats(x.data() + r * cols, cols, T(1e-5), rms, &m, &s);
+        bad += !near(mean[static_cast<std::size_t>(r)], m) + !near(rstd[static_cast<std::size_t>(r)], s);
+        std::vector<T> yr(static_cast<std::size_t>(cols)), dxr(yr.size());
+        norms::normalize_row(x.data() + r * cols, w.data(), rms ? nullptr : b.data(), cols, m, s, yr.data());
+        norms::normalize_row_backward(x.data() + r * cols, w.data(), g.data() + r * cols, cols, m, s, rms, dxr.data());
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          bad += !near(y[i], yr[static_cast<std::size_t>(c)]) + !near(dx[i], dxr[static_cast<std::size_t>(c)]) +
+                 !near(fdx[i], dxr[static_cast<std::size_t>(c)]);
+        }
+      }
+      std::vector<T> cw(w.size()), cb(w.size());  // weight_grad_column writes column c of them
+      for (std::int64_t c = 0; c < cols; ++c) {
+        norms::weight_grad_column(x.data(), g.data(), mean.data(), rstd.data(), rows, cols, c, cw.data(), cb.data());
+        const auto i = static_cast<std::size_t>(c);
+        bad += !near(dw[i], cw[i]) + !near(db[i], cb[i]) + !near(fdw[i], cw[i]) + !near(fdb[i], cb[i]);
+      }
+      CHECK(bad == 0);
+    }
+    // Cross-entropy's rows over this "rank's" columns, from global column `first`, and the causal mask.
+    const std::int64_t first = 3;
+    std::vector<std::int64_t> targets(static_cast<std::size_t>(rows));
+    for (std::size_t t = 0; t < targets.size(); ++t) targets[t] = static_cast<std::int64_t>(t % 4) + first - 1;
+    std::vector<T> mx(targets.size()), se(targets.size()), tl(targets.size()), scale(targets.size(), T(0.25)),
+        dl(x.size());
+    Host::row_max(x.data(), mx.data(), rows, cols);
+    Host::sum_exp_and_target(x.data(), targets.data(), mx.data(), se.data(), tl.data(), rows, cols, first);
+    Host::cross_entropy_backward(x.data(), targets.data(), mx.data(), se.data(), scale.data(), dl.data(), rows, cols,
+                                 first);
+    int bad = 0;
+    for (std::int64_t t = 0; t < rows; ++t) {
+      const auto i = static_cast<std::size_t>(t);
+      T s{}, target{};
+      bad += mx[i] != tokens::row_max(x.data() + t * cols, cols);
+      tokens::row_sum_exp_and_target(x.data() + t * cols, cols, first, mx[i], targets[i], &s, &target);
+      bad += !near(se[i], s) + (tl[i] != target);
+    }
+    for (std::int64_t i = 0; i < rows * cols; ++i)
+      bad += !near(
+          dl[static_cast<std::size_t>(i)],
+          tokens::cross_entropy_grad_at(x.data(), targets.data(), mx.data(), se.data(), scale.data(), i, cols, first));
+    {
+      const std::int64_t seq = cols, blocks = 2;
+      std::vector<T> masked(static_cast<std::size_t>(blocks * seq * seq), T(1)), want = masked;
+      Host::causal_mask(masked.data(), blocks, seq);
+      for (std::int64_t i = 0; i < blocks * seq * seq; ++i) tokens::causal_mask_at(want.data(), i, seq);
+      bad += masked != want;
+    }
+    CHECK(bad == 0);
   }
 }

@@ -186,8 +186,18 @@ void explain_into(Plan& p, const E& e) {
                        }) {
     explain_into(p, e.lhs());
     explain_into(p, e.rhs());
-    p.steps.push_back(PlanStep::local("matmul", layout_name(e.lhs().mapping()) + " x " + layout_name(e.rhs().mapping()),
-                                      layout_name(e.mapping())));
+    PlanStep step = PlanStep::local("matmul", layout_name(e.lhs().mapping()) + " x " + layout_name(e.rhs().mapping()),
+                                    layout_name(e.mapping()));
+    using Dev = typename E::device_type;
+    if constexpr (requires(const GemmShape& g) { Dev::template gemm_kernel<typename E::value_type>(g); }) {
+      // The kernel of this rank's product (a host GEMM: Eigen's or the BLAS's, device/host/gemm_kernels.hpp).
+      const int r = e.comm().rank();
+      const Shape a = local_shape(e.lhs().shape(), e.lhs().mapping(), r),
+                  b = local_shape(e.rhs().shape(), e.rhs().mapping(), r);
+      if (a.rank() == 2 && b.rank() == 2)
+        step.strategy = Dev::template gemm_kernel<typename E::value_type>(GemmShape::plain(a[0], a[1], b[1]));
+    }
+    p.steps.push_back(std::move(step));
   } else {
     explain_into(p, e.arg());
     p.steps.push_back(PlanStep::local(E::node_name, layout_name(e.arg().mapping()), layout_name(e.mapping())));

@@ -48,7 +48,8 @@ struct Plan {
     return out;
   }
   /// One line per step (a collective with its strategy and this rank's bytes,
-  /// a local step marked local), then one per simplification:
+  /// a local step marked local, a matmul with its GEMM kernel), then one per
+  /// simplification:
   ///   all_reduce P(sum) -> R  [all_reduce, 120 B]
   ///   simplified: reduce_scatter P(sum) -> S(0)[1,2,3,0] then all_gather S(0)[1,2,3,0] -> R => all_reduce P(sum) -> R
   [[nodiscard]] std::string str() const {
@@ -57,8 +58,10 @@ struct Plan {
       os << s.op << " " << s.from << " -> " << s.to;
       if (s.communicates)
         os << "  [" << s.strategy << ", " << s.bytes << " B]";
-      else
+      else if (s.strategy.empty())
         os << "  [local]";
+      else
+        os << "  [local, " << s.strategy << "]";  // a matmul's GEMM kernel
       os << "\n";
     }
     for (const auto& s : simplifications) os << "simplified: " << s << "\n";

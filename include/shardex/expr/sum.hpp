@@ -93,7 +93,7 @@ auto evaluate(const Sum<E, K>& e) {
   Dev::sum_middle(x.data(), out.data(), v.outer, v.extent, v.inner);
   if (x.node())
     out.record(K < 0 ? "sum" : "sum_dim", {x.node()}, [in_node = x.node(), v](const Tensor<T, dual_t<L>, Dev>& g) {
-      auto gx = in_node->make_full(T(0));
+      auto gx = in_node->make_empty();  // broadcast_middle writes it whole
       Dev::broadcast_middle(g.data(), gx.data(), v.outer, v.extent, v.inner);
       in_node->accumulate(gx);
     });

@@ -166,7 +166,7 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
     Dev::causal_mask(p, cs.hq, cs.seq);
     Dev::softmax_rows(p, cs.hq * cs.seq, cs.seq);
   };
-  auto out = Tensor<T, L, Dev>::zeroed(q.comm(), q.shape(), q.mapping());
+  auto out = Tensor<T, L, Dev>::empty(q.comm(), q.shape(), q.mapping());  // every (sequence, head) written below
   {
     auto p = Dev::template allocate_uninitialized<T>(cs.hq * cs.block());
     for (std::int64_t b = 0; b < cs.batch; ++b) {
@@ -183,7 +183,8 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
     autodiff::add_input(inputs, v.node());
     out.record("causal_attention", std::move(inputs),
                [q, k, v, cs, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
-                 auto dq = q.node() ? q.node()->make_full(T(0)) : typename decltype(q)::grad_type{};
+                 // dq is written whole (beta 0), dk and dv accumulate over heads and sequences.
+                 auto dq = q.node() ? q.node()->make_empty() : typename decltype(q)::grad_type{};
                  auto dk = k.node() ? k.node()->make_full(T(0)) : typename decltype(k)::grad_type{};
                  auto dv = v.node() ? v.node()->make_full(T(0)) : typename decltype(v)::grad_type{};
                  auto p = Dev::template allocate_uninitialized<T>(cs.hq * cs.block());

@@ -192,7 +192,7 @@ auto evaluate(const CrossEntropy<Logits, Targets>& e) {
                    host_scale[t] = static_cast<std::int64_t>(host_targets[t]) == ignore ? T(0) : per_token;
                  auto scale = Dev::template allocate_uninitialized<T>(rows);
                  Dev::upload(scale.get(), host_scale.data(), rows);
-                 auto dlogits = logits.node()->make_full(T(0));
+                 auto dlogits = logits.node()->make_empty();  // written whole
                  Dev::cross_entropy_backward(logits.data(), targets.data(), max.get(), packed.get(), scale.get(),
                                              dlogits.data(), rows, cols, first);
                  logits.node()->accumulate(dlogits);

@@ -129,23 +129,38 @@ auto evaluate(const Norm<X, W, Rms>& e) {
     autodiff::add_input(inputs, x.node());
     autodiff::add_input(inputs, w.node());
     if (bias_grad) autodiff::add_input(inputs, b.node());
-    out.record(Norm<X, W, Rms>::node_name, std::move(inputs),
-               [x, w, b, mean, rstd, rows, cols, bias_grad](const Tensor<T, dual_t<L>, Dev>& g) {
-                 if (x.node()) {
-                   auto dx = x.node()->make_full(T(0));
-                   Dev::norm_backward_input(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx.data(), rows, cols,
-                                            Rms);
-                   x.node()->accumulate(dx);
-                 }
-                 if (w.node() || bias_grad) {
-                   auto dw = w.node() ? w.node()->make_full(T(0)) : b.node()->make_full(T(0));
-                   auto db = bias_grad ? b.node()->make_full(T(0)) : dw;
-                   Dev::norm_backward_weight(x.data(), g.data(), mean.get(), rstd.get(), dw.data(),
-                                             bias_grad ? db.data() : static_cast<T*>(nullptr), rows, cols);
-                   if (w.node()) w.node()->accumulate(dw);
-                   if (bias_grad) b.node()->accumulate(db);
-                 }
-               });
+    out.record(
+        Norm<X, W, Rms>::node_name, std::move(inputs),
+        [x, w, b, mean, rstd, rows, cols, bias_grad](const Tensor<T, dual_t<L>, Dev>& g) {
+          if constexpr (requires(T * p, const T* q) {
+                          Dev::norm_backward_fused(q, q, q, q, q, p, p, p, rows, cols, Rms);
+                        }) {
+            if (x.node() && (w.node() || bias_grad)) {  // the host: every gradient in one pass over the rows
+              auto dx = x.node()->make_empty();
+              auto dw = w.node() ? w.node()->make_empty() : b.node()->make_empty();
+              auto db = bias_grad ? b.node()->make_empty() : dw;
+              Dev::norm_backward_fused(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx.data(), dw.data(),
+                                       bias_grad ? db.data() : static_cast<T*>(nullptr), rows, cols, Rms);
+              x.node()->accumulate(dx);
+              if (w.node()) w.node()->accumulate(dw);
+              if (bias_grad) b.node()->accumulate(db);
+              return;
+            }
+          }
+          if (x.node()) {
+            auto dx = x.node()->make_empty();  // written whole
+            Dev::norm_backward_input(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx.data(), rows, cols, Rms);
+            x.node()->accumulate(dx);
+          }
+          if (w.node() || bias_grad) {
+            auto dw = w.node() ? w.node()->make_empty() : b.node()->make_empty();  // written whole
+            auto db = bias_grad ? b.node()->make_empty() : dw;
+            Dev::norm_backward_weight(x.data(), g.data(), mean.get(), rstd.get(), dw.data(),
+                                      bias_grad ? db.data() : static_cast<T*>(nullptr), rows, cols);
+            if (w.node()) w.node()->accumulate(dw);
+            if (bias_grad) b.node()->accumulate(db);
+          }
+        });
   }
   return out;
 }

@@ -60,6 +60,8 @@ public:
   std::function<void(const grad_type&)> backward;
   /// The tensor's own shape and mapping (what a ones-seed or a zero gradient needs).
   std::function<grad_type(T)> make_full;
+  /// The same, uninitialized: for an adjoint that writes its whole gradient.
+  std::function<grad_type()> make_empty;
 
   /// Whether `grad` holds a gradient.
   [[nodiscard]] bool has_grad() const noexcept override { return grad.has_value(); }

@@ -583,6 +583,9 @@ private:
     n->make_full = [comm = comm_, global = global_, m = dual_mapping<L>(mapping_)](T v) {
       return grad_type::full(comm, global, v, m);
     };
+    n->make_empty = [comm = comm_, global = global_, m = dual_mapping<L>(mapping_)] {
+      return grad_type::empty(comm, global, m);
+    };
     return n;
   }
 

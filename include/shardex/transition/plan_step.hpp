@@ -22,7 +22,7 @@ struct PlanStep {
   std::string op;  ///< "all_gather", "reduce_scatter", "all_reduce", "matmul", ...
   /// The source layout, with its lengths; `to`, the target.
   std::string from, to;    ///< layouts with their lengths, in the notation of layout_name() (filled by explain)
-  std::string strategy;    ///< the resolved lowering's name; empty for local steps
+  std::string strategy;    ///< the resolved lowering's name; for a matmul its GEMM kernel; else empty for local steps
   std::int64_t bytes = 0;  ///< bytes this rank hands the backend to send (0 for local steps)
   /// Whether the step calls the backend (a collective).
   bool communicates = false;

@@ -132,6 +132,11 @@ struct Cuda {
   static void gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
     cuda::gemm(g, alpha, a, b, beta, c);
   }
+  /// The kernel gemm runs (explain prints it).
+  template <class T>
+  static const char* gemm_kernel(const GemmShape& /*g*/) {
+    return "cublas";
+  }
   template <class T>
   static void transpose_2d(const T* in, T* out, std::int64_t rows, std::int64_t cols) {
     cuda::kernels::transpose_2d(in, out, rows, cols, cuda::compute_stream());

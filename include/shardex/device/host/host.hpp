@@ -8,14 +8,17 @@
 /// provides the same set with cuBLAS and kernels.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "shardex/backend/mpi/communicator.hpp"
 #include "shardex/core/counters.hpp"
 #include "shardex/device/device.hpp"
 #include "shardex/device/host/eigen.hpp"
+#include "shardex/device/host/gemm_kernels.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 #include "shardex/device/host/threads.hpp"
 #include "shardex/device/norm_ops.hpp"
@@ -99,9 +102,14 @@ struct Host {
                   static_cast<std::size_t>(from.run) * sizeof(T));
   }
 
-  /// Batched row-major products through Eigen (see GemmShape).
+  /// Batched row-major products (see GemmShape), through Eigen or the BLAS,
+  /// whichever was measured faster for the shape's class
+  /// (device/host/gemm_kernels.hpp). Compiled into the library, for float and double.
   template <class T>
   static void gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c);
+  /// The name of the kernel gemm runs for `g` ("eigen", "openblas"), which explain prints.
+  template <class T>
+  static const char* gemm_kernel(const GemmShape& g);
 
   /// out (cols x rows) = in (rows x cols) transposed.
   template <class T>
@@ -113,18 +121,31 @@ struct Host {
   /// out (outer, inner) = the sum over the middle dim of in (outer, extent, inner).
   template <class T>
   static void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
-    std::fill(out, out + outer * inner, T(0));
-    for (std::int64_t o = 0; o < outer; ++o)
-      for (std::int64_t j = 0; j < extent; ++j)
-        for (std::int64_t i = 0; i < inner; ++i) out[o * inner + i] += in[(o * extent + j) * inner + i];
+    // Eigen's vectorized reductions and row additions (a scalar loop into
+    // memory was most of a norm's training step in bench/layers.cpp).
+    const auto n = static_cast<Eigen::Index>(inner);
+    for (std::int64_t o = 0; o < outer; ++o) {
+      if (inner == 1) {
+        out[o] = host::ConstArrayMap<T>(in + o * extent, static_cast<Eigen::Index>(extent)).sum();
+        continue;
+      }
+      auto row = host::ArrayMap<T>(out + o * inner, n);
+      row.setZero();
+      for (std::int64_t j = 0; j < extent; ++j) row += host::ConstArrayMap<T>(in + (o * extent + j) * inner, n);
+    }
   }
 
   /// out (outer, extent, inner) = g (outer, inner) repeated along the middle dim.
   template <class T>
   static void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
-    for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t o = 0; o < outer; ++o) {
+      if (inner == 1) {  // a sum over the last dim (or all): one value per row, not a copy per element
+        host::ArrayMap<T>(out + o * extent, static_cast<Eigen::Index>(extent)).setConstant(g[o]);  // vectorized
+        continue;
+      }
       for (std::int64_t j = 0; j < extent; ++j)
         std::copy(g + o * inner, g + (o + 1) * inner, out + (o * extent + j) * inner);
+    }
   }
 
   /// Each row of s (rows x cols) replaced by its softmax.
@@ -157,29 +178,87 @@ struct Host {
   }
 
   ///@{
-  /// Layer norm and RMS norm over the last dim of x (rows x cols), looping the
-  /// row and column functions of device/norm_ops.hpp (the Cuda device runs the
-  /// same functions in kernels): the forward with each row's mean and rstd
-  /// kept for the backward, the input's gradient, the weight's and bias's
-  /// (db may be null).
+  /// Layer norm and RMS norm over the last dim of x (rows x cols): the forward
+  /// with each row's mean and rstd kept for the backward, the input's
+  /// gradient, the weight's and bias's (db may be null). The formulas are the
+  /// row and column functions of device/norm_ops.hpp (the Cuda device runs
+  /// those in kernels); here they are Eigen array expressions over whole rows,
+  /// vectorized, and the weight's gradient adds row by row instead of walking
+  /// columns (a scalar loop was 40x the memory-bandwidth floor).
   template <class T>
   static void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows,
                            std::int64_t cols, T eps, bool rms) {
+    if (cols == 0) {
+      std::fill(mean, mean + rows, T(0));
+      std::fill(rstd, rstd + rows, T(1) / std::sqrt(eps));
+      return;
+    }
+    const auto n = static_cast<Eigen::Index>(cols);
+    const auto W = host::ConstArrayMap<T>(w, n);
     for (std::int64_t r = 0; r < rows; ++r) {
-      norms::row_stats(x + r * cols, cols, eps, rms, mean + r, rstd + r);
-      norms::normalize_row(x + r * cols, w, b, cols, mean[r], rstd[r], y + r * cols);
+      const auto X = host::ConstArrayMap<T>(x + r * cols, n);
+      const T m = rms ? T(0) : X.mean();
+      const T v = (X - m).square().mean();  // two passes: no cancellation of E[x^2] - m^2
+      mean[r] = m;
+      rstd[r] = T(1) / std::sqrt(v + eps);
+      auto Y = host::ArrayMap<T>(y + r * cols, n);
+      if (b)
+        Y = (X - m) * rstd[r] * W + host::ConstArrayMap<T>(b, n);
+      else
+        Y = (X - m) * rstd[r] * W;
     }
   }
   template <class T>
   static void norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
                                   std::int64_t rows, std::int64_t cols, bool rms) {
-    for (std::int64_t r = 0; r < rows; ++r)
-      norms::normalize_row_backward(x + r * cols, w, g + r * cols, cols, mean[r], rstd[r], rms, dx + r * cols);
+    if (cols == 0) return;
+    const auto n = static_cast<Eigen::Index>(cols);
+    const auto W = host::ConstArrayMap<T>(w, n);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto X = host::ConstArrayMap<T>(x + r * cols, n);
+      const auto G = host::ConstArrayMap<T>(g + r * cols, n);
+      const T m = mean[r], s = rstd[r];
+      const T a = rms ? T(0) : (G * W).sum() / static_cast<T>(cols);
+      const T c = (G * W * (X - m)).sum() * s / static_cast<T>(cols);
+      host::ArrayMap<T>(dx + r * cols, n) = s * (G * W - a - (X - m) * (s * c));
+    }
+  }
+  /// The input's, the weight's and the bias's gradients in one pass over the
+  /// rows (each row read once from memory; db may be null): what
+  /// norm_backward_input and norm_backward_weight compute, as nn/norm.hpp runs
+  /// it on a device that has it.
+  template <class T>
+  static void norm_backward_fused(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                                  std::int64_t rows, std::int64_t cols, bool rms) {
+    const auto n = static_cast<Eigen::Index>(cols);
+    auto DW = host::ArrayMap<T>(dw, n);
+    DW.setZero();
+    if (db) host::ArrayMap<T>(db, n).setZero();
+    if (cols == 0) return;
+    const auto W = host::ConstArrayMap<T>(w, n);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto X = host::ConstArrayMap<T>(x + r * cols, n);
+      const auto G = host::ConstArrayMap<T>(g + r * cols, n);
+      const T m = mean[r], s = rstd[r];
+      const T a = rms ? T(0) : (G * W).sum() / static_cast<T>(cols);
+      const T c = (G * W * (X - m)).sum() * s / static_cast<T>(cols);
+      host::ArrayMap<T>(dx + r * cols, n) = s * (G * W - a - (X - m) * (s * c));
+      DW += G * (X - m) * s;
+      if (db) host::ArrayMap<T>(db, n) += G;
+    }
   }
   template <class T>
   static void norm_backward_weight(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db,
                                    std::int64_t rows, std::int64_t cols) {
-    for (std::int64_t c = 0; c < cols; ++c) norms::weight_grad_column(x, g, mean, rstd, rows, cols, c, dw, db);
+    const auto n = static_cast<Eigen::Index>(cols);
+    auto DW = host::ArrayMap<T>(dw, n);
+    DW.setZero();
+    for (std::int64_t r = 0; r < rows; ++r)
+      DW += host::ConstArrayMap<T>(g + r * cols, n) * (host::ConstArrayMap<T>(x + r * cols, n) - mean[r]) * rstd[r];
+    if (!db) return;
+    auto DB = host::ArrayMap<T>(db, n);
+    DB.setZero();
+    for (std::int64_t r = 0; r < rows; ++r) DB += host::ConstArrayMap<T>(g + r * cols, n);
   }
   ///@}
 
@@ -204,54 +283,42 @@ struct Host {
   }
   template <class T>
   static void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq) {
-    for (std::int64_t i = 0; i < blocks * seq * seq; ++i) tokens::causal_mask_at(scores, i, seq);
+    // What causal_mask_at does per element, a row at a time: no division per element.
+    for (std::int64_t row = 0; row < blocks * seq; ++row)
+      std::fill(scores + row * seq + row % seq + 1, scores + (row + 1) * seq, -std::numeric_limits<T>::infinity());
   }
+  // Cross-entropy's row passes are Eigen array expressions, as softmax_rows
+  // is: its exp is vectorized, a scalar exp per logit was most of the step;
+  // the element functions of device/token_ops.hpp define what they compute.
   template <class T>
   static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
-    for (std::int64_t t = 0; t < rows; ++t) max[t] = tokens::row_max(logits + t * cols, cols);
+    for (std::int64_t t = 0; t < rows; ++t)
+      max[t] = cols == 0 ? -std::numeric_limits<T>::infinity()
+                         : host::ConstArrayMap<T>(logits + t * cols, static_cast<Eigen::Index>(cols)).maxCoeff();
   }
   template <class T, class I>
   static void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
                                  std::int64_t rows, std::int64_t cols, std::int64_t first) {
-    for (std::int64_t t = 0; t < rows; ++t)
-      tokens::row_sum_exp_and_target(logits + t * cols, cols, first, max[t], targets[t], sum_exp + t, target_logit + t);
+    for (std::int64_t t = 0; t < rows; ++t) {
+      const T* row = logits + t * cols;
+      sum_exp[t] = (host::ConstArrayMap<T>(row, static_cast<Eigen::Index>(cols)) - max[t]).exp().sum();
+      const std::int64_t c = tokens::owned_row(targets[t], first, cols);
+      target_logit[t] = c < 0 ? T(0) : row[c];
+    }
   }
   template <class T, class I>
   static void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
                                      T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first) {
-    for (std::int64_t i = 0; i < rows * cols; ++i)
-      dlogits[i] = tokens::cross_entropy_grad_at(logits, targets, max, sum_exp, scale, i, cols, first);
+    for (std::int64_t t = 0; t < rows; ++t) {
+      const auto n = static_cast<Eigen::Index>(cols);
+      host::ArrayMap<T>(dlogits + t * cols, n) =
+          (host::ConstArrayMap<T>(logits + t * cols, n) - max[t]).exp() * (scale[t] / sum_exp[t]);
+      const std::int64_t c = tokens::owned_row(targets[t], first, cols);
+      if (c >= 0) dlogits[t * cols + c] -= scale[t];
+    }
   }
   ///@}
 };
-
-template <class T>
-void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
-  using M = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Stride = Eigen::OuterStride<>;
-  const auto ix = [](std::int64_t v) { return static_cast<Eigen::Index>(v); };
-  if (g.m == 0 || g.n == 0) return;
-  // Eigen reads its thread count at each product (it takes effect with OpenMP).
-  Eigen::setNbThreads(host::threads());
-  for (std::int64_t i = 0; i < g.batch; ++i) {
-    Eigen::Map<M, 0, Stride> C(c + i * g.stride_c, ix(g.m), ix(g.n), Stride(ix(g.ldc)));
-    if (beta == T(0))
-      C.setZero();
-    else if (beta != T(1))
-      C *= beta;
-    if (g.k == 0) continue;
-    Eigen::Map<const M, 0, Stride> A(a + i * g.stride_a, ix(g.ta ? g.k : g.m), ix(g.ta ? g.m : g.k), Stride(ix(g.lda)));
-    Eigen::Map<const M, 0, Stride> B(b + i * g.stride_b, ix(g.tb ? g.n : g.k), ix(g.tb ? g.k : g.n), Stride(ix(g.ldb)));
-    if (g.ta && g.tb)
-      C.noalias() += alpha * A.transpose() * B.transpose();
-    else if (g.ta)
-      C.noalias() += alpha * A.transpose() * B;
-    else if (g.tb)
-      C.noalias() += alpha * A * B.transpose();
-    else
-      C.noalias() += alpha * A * B;
-  }
-}
 
 static_assert(Device<Host>);
 static_assert(CollectiveBackend<mpi::Communicator>);
@@ -261,11 +328,13 @@ T Host::sum(const T* x, std::int64_t n) {
   return n == 0 ? T(0) : host::ConstArrayMap<T>(x, static_cast<Eigen::Index>(n)).sum();
 }
 
-// Compiled once into the library (src/instances.cpp): Eigen's product and
+// Compiled once into the library (src/instances.cpp, src/host_gemm.cpp): the product and
 // reduction kernels are the heaviest code a translation unit would otherwise
 // compile for itself.
 extern template void Host::gemm<float>(const GemmShape&, float, const float*, const float*, float, float*);
 extern template void Host::gemm<double>(const GemmShape&, double, const double*, const double*, double, double*);
+extern template const char* Host::gemm_kernel<float>(const GemmShape&);
+extern template const char* Host::gemm_kernel<double>(const GemmShape&);
 extern template float Host::sum<float>(const float*, std::int64_t);
 extern template double Host::sum<double>(const double*, std::int64_t);
 

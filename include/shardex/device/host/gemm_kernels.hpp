@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file
+/// @brief Which kernel runs each host GEMM: Eigen's or the BLAS the library
+/// was built with (OpenBLAS; the `blas` Meson option), chosen per shape class.
+///
+/// Neither kernel is the faster on every machine of a kind (on one, Eigen's
+/// float GEMM ran 68 GFLOP/s on a core and OpenBLAS's 86; on another Eigen
+/// was the faster), so the choice is measured: each class below is timed with
+/// both kernels on a product of its size, once per process, when the
+/// environment starts (mpi::Environment, serial::Environment), or at the first
+/// product in a program that makes none. Over MPI every rank measures at the
+/// same time and the ranks agree on the sums of their times, so that every
+/// rank runs a class's products with the same kernel (a Replicated result
+/// stays equal on all of them). The measurement takes a few tens of ms.
+///
+/// `SHARDEX_GEMM=eigen` or `SHARDEX_GEMM=blas` skips it and takes that kernel
+/// for every class; `auto` (or unset) measures. `explain` names the kernel of
+/// each matmul, a trace records the table (`gemm kernels`), and
+/// `gemm_kernels_report()` prints it.
+///
+/// @code
+/// std::cout << shardex::host::gemm_kernels_report();
+/// // gemm kernels (measured at start-up; SHARDEX_GEMM=eigen|blas|auto overrides):
+/// //   float NN small   ( 32^3): openblas  eigen   42.2 GFLOP/s, openblas   94.8 GFLOP/s
+/// //   ...
+/// @endcode
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shardex/device/device.hpp"
+
+namespace shardex::host {
+
+/// A host GEMM kernel.
+enum class GemmKernel : std::uint8_t {
+  eigen,  ///< Eigen's product (always built)
+  blas,   ///< the BLAS of the build (cblas_sgemm / cblas_dgemm), when it has one
+};
+
+/// "eigen", or the BLAS's name ("openblas").
+const char* kernel_name(GemmKernel k) noexcept;
+
+/// Whether this build of the library has a BLAS.
+bool have_blas() noexcept;
+
+/// The kernel that runs products of shape `g` with elements of `element_bytes`
+/// (4: float, 8: double). Measures first if nothing has chosen yet.
+GemmKernel gemm_kernel(const GemmShape& g, int element_bytes);
+
+/// One shape class's choice: the class (element size, transposition, size),
+/// the kernel chosen, and both kernels' rates on the class's cube (GFLOP/s
+/// per rank, from the ranks' summed timings; 0 when SHARDEX_GEMM chose).
+struct GemmClassChoice {
+  ///@{
+  /// The class: 4 (float) or 8 (double) bytes, A and B transposed, "small",
+  /// "medium" or "large" by the geometric mean of m, n, k (below 48, below
+  /// 160, above), and the side of the cube it was timed on.
+  int element_bytes = 4;
+  bool ta = false, tb = false;
+  const char* size = "";
+  std::int64_t cube = 0;
+  ///@}
+  GemmKernel kernel = GemmKernel::eigen;  ///< the kernel its products run
+  ///@{
+  /// The measured rates of Eigen's kernel and of the BLAS's (0: not measured).
+  double eigen_gflops = 0, blas_gflops = 0;
+  ///@}
+};
+
+/// The choice of every class; `measured` is false when SHARDEX_GEMM named the
+/// kernel or the build has no BLAS.
+struct GemmChoice {
+  bool measured = false;                 ///< whether the kernels were timed
+  std::vector<GemmClassChoice> classes;  ///< every class, float first
+};
+
+/// Runs one batched product (as Host::gemm) with kernel `k`, whatever the
+/// choice: for benchmarks and tests that compare the two. float and double;
+/// `blas` in a build without one runs Eigen's.
+template <class T>
+void gemm_with(GemmKernel k, const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c);
+
+/// The current choice (measuring first if nothing has chosen yet).
+GemmChoice gemm_kernels();
+
+/// The choice, one line per class with both kernels' measured rates.
+std::string gemm_kernels_report();
+
+/// The choice as one JSON member, for the trace ("gemm_kernels":{...}).
+std::string gemm_kernels_json();
+
+/// Sums each rank's measured times into every rank's (the ranks' agreement):
+/// an exact integer all-reduce over the world, or nothing for one rank.
+using AgreeOnTimes = std::function<void(std::vector<std::int64_t>& nanoseconds)>;
+
+/// Measures both kernels on every class (unless SHARDEX_GEMM names one) and
+/// keeps the faster of each; `agree` combines the ranks' times first. The
+/// environments call it; a later call measures again. Collective when `agree`
+/// is. @throws invalid_argument if SHARDEX_GEMM is not eigen, blas or auto, or
+/// names blas in a build without one.
+void choose_gemm_kernels(const AgreeOnTimes& agree = {});
+
+}  // namespace shardex::host

@@ -1,0 +1,309 @@
+// SPDX-License-Identifier: MIT
+// Host::gemm and the choice of its kernel per shape class
+// (include/shardex/device/host/gemm_kernels.hpp): Eigen's product, the BLAS's
+// (SHARDEX_WITH_BLAS), a short timing of both per class, and the table.
+#include "shardex/device/host/gemm_kernels.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+
+#include "shardex/config.hpp"
+#include "shardex/core/error.hpp"
+#include "shardex/device/host/host.hpp"
+
+#if SHARDEX_WITH_BLAS
+#include <cblas.h>
+#endif
+
+namespace shardex {
+
+namespace {
+
+template <class T>
+void eigen_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+  using M = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Stride = Eigen::OuterStride<>;
+  const auto ix = [](std::int64_t v) { return static_cast<Eigen::Index>(v); };
+  // Eigen reads its thread count at each product (it takes effect with OpenMP).
+  Eigen::setNbThreads(host::threads());
+  for (std::int64_t i = 0; i < g.batch; ++i) {
+    Eigen::Map<M, 0, Stride> C(c + i * g.stride_c, ix(g.m), ix(g.n), Stride(ix(g.ldc)));
+    if (beta == T(0))
+      C.setZero();
+    else if (beta != T(1))
+      C *= beta;
+    if (g.k == 0) continue;
+    Eigen::Map<const M, 0, Stride> A(a + i * g.stride_a, ix(g.ta ? g.k : g.m), ix(g.ta ? g.m : g.k), Stride(ix(g.lda)));
+    Eigen::Map<const M, 0, Stride> B(b + i * g.stride_b, ix(g.tb ? g.n : g.k), ix(g.tb ? g.k : g.n), Stride(ix(g.ldb)));
+    if (g.ta && g.tb)
+      C.noalias() += alpha * A.transpose() * B.transpose();
+    else if (g.ta)
+      C.noalias() += alpha * A.transpose() * B;
+    else if (g.tb)
+      C.noalias() += alpha * A * B.transpose();
+    else
+      C.noalias() += alpha * A * B;
+  }
+}
+
+#if SHARDEX_WITH_BLAS
+// OpenBLAS starts as many threads as cores; a rank uses host::threads() (one
+// by default, one rank per core), set again only when it changes.
+void blas_threads() {
+  static std::atomic<int> set{0};
+  const int want = host::threads();
+  if (set.exchange(want, std::memory_order_relaxed) != want) openblas_set_num_threads(want);
+}
+
+template <class T>
+void blas_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+  blas_threads();
+  const auto ta = g.ta ? CblasTrans : CblasNoTrans;
+  const auto tb = g.tb ? CblasTrans : CblasNoTrans;
+  const auto i32 = [](std::int64_t v) { return static_cast<blasint>(v); };
+  for (std::int64_t i = 0; i < g.batch; ++i) {
+    if (g.k == 0) {  // C = beta C (a BLAS may read A and B even then)
+      for (std::int64_t r = 0; r < g.m; ++r) {
+        T* row = c + i * g.stride_c + r * g.ldc;
+        for (std::int64_t j = 0; j < g.n; ++j) row[j] = beta == T(0) ? T(0) : beta * row[j];
+      }
+      continue;
+    }
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, ta, tb, i32(g.m), i32(g.n), i32(g.k), alpha, a + i * g.stride_a, i32(g.lda),
+                  b + i * g.stride_b, i32(g.ldb), beta, c + i * g.stride_c, i32(g.ldc));
+    else
+      cblas_dgemm(CblasRowMajor, ta, tb, i32(g.m), i32(g.n), i32(g.k), alpha, a + i * g.stride_a, i32(g.lda),
+                  b + i * g.stride_b, i32(g.ldb), beta, c + i * g.stride_c, i32(g.ldc));
+  }
+}
+#endif
+
+template <class T>
+void run_kernel(host::GemmKernel k, const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+#if SHARDEX_WITH_BLAS
+  // A BLAS takes 32-bit sizes: a larger product stays on Eigen.
+  constexpr std::int64_t int_max = 2147483647;
+  if (k == host::GemmKernel::blas && std::max({g.m, g.n, g.k, g.lda, g.ldb, g.ldc}) <= int_max) {
+    blas_gemm(g, alpha, a, b, beta, c);
+    return;
+  }
+#else
+  (void)k;
+#endif
+  eigen_gemm(g, alpha, a, b, beta, c);
+}
+
+// The classes: element type x transposition x size, the size by the geometric
+// mean of m, n, k (small below 48, medium below 160, large above), each timed
+// on a cube of its size.
+constexpr int n_types = 2, n_trans = 4, n_sizes = 3;
+constexpr int n_classes = n_types * n_trans * n_sizes;
+constexpr std::array<std::int64_t, n_sizes> cube = {32, 96, 192};
+constexpr std::array<int, n_sizes> repeats = {16, 4, 2};
+constexpr std::array<const char*, n_sizes> size_names = {"small", "medium", "large"};
+
+int size_class(const GemmShape& g) {
+  const double mean = std::cbrt(static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k));
+  return mean < 48 ? 0 : mean < 160 ? 1 : 2;
+}
+int class_of(int type, bool ta, bool tb, int size) {
+  return (type * n_trans + (ta ? 2 : 0) + (tb ? 1 : 0)) * n_sizes + size;
+}
+
+struct Choice {
+  bool made = false;
+  bool measured = false;  // false: SHARDEX_GEMM named the kernel
+  std::array<host::GemmKernel, n_classes> kernel{};
+  std::array<std::int64_t, 2 * n_classes> ns{};  // per class: Eigen's time, the BLAS's (summed over the ranks)
+  std::int64_t ranks = 1;                        // the ranks whose times ns sums
+};
+
+std::mutex& choice_mutex() {
+  static std::mutex m;
+  return m;
+}
+Choice& choice() {
+  static Choice c;
+  return c;
+}
+
+template <class T>
+std::int64_t time_kernel(host::GemmKernel k, std::int64_t s, bool ta, bool tb, int reps) {
+  std::vector<T> a(static_cast<std::size_t>(s * s)), b(a.size()), c(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<T>((i % 7) * 0.25 - 0.75);
+    b[i] = static_cast<T>((i % 5) * 0.5 - 1.0);
+  }
+  const GemmShape g = GemmShape::plain(s, s, s, ta, tb);
+  run_kernel(k, g, T(1), a.data(), b.data(), T(0), c.data());  // warm: caches, a BLAS's threads
+  std::int64_t best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_kernel(k, g, T(1), a.data(), b.data(), T(0), c.data());
+    const auto t = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    best = r == 0 ? t : std::min(best, static_cast<std::int64_t>(t));
+  }
+  return std::max<std::int64_t>(best, 1);
+}
+
+// What SHARDEX_GEMM asks for: nullopt-like -1 for auto.
+int requested_kernel() {
+  const char* v = std::getenv("SHARDEX_GEMM");
+  if (v == nullptr || *v == '\0' || std::string_view(v) == "auto") return -1;
+  if (std::string_view(v) == "eigen") return static_cast<int>(host::GemmKernel::eigen);
+  if (std::string_view(v) == "blas" || std::string_view(v) == host::kernel_name(host::GemmKernel::blas)) {
+    if (!host::have_blas())
+      throw invalid_argument(std::string("SHARDEX_GEMM=") + v +
+                             ": this build of shardex has no BLAS (configured with -Dblas=disabled, or none was "
+                             "found); use eigen or auto");
+    return static_cast<int>(host::GemmKernel::blas);
+  }
+  throw invalid_argument(std::string("SHARDEX_GEMM=") + v + ": expected eigen, blas or auto");
+}
+
+void choose_locked(const host::AgreeOnTimes& agree) {
+  Choice c;
+  c.made = true;
+  const int requested = requested_kernel();
+  if (requested >= 0 || !host::have_blas()) {
+    c.kernel.fill(static_cast<host::GemmKernel>(std::max(requested, 0)));
+  } else {
+    c.measured = true;
+    for (int type = 0; type < n_types; ++type)
+      for (int t = 0; t < n_trans; ++t)
+        for (int s = 0; s < n_sizes; ++s) {
+          const int cls = class_of(type, t >= 2, t % 2 == 1, s);
+          for (int k = 0; k < 2; ++k) {
+            const auto kernel = static_cast<host::GemmKernel>(k);
+            c.ns[2 * cls + k] = type == 0 ? time_kernel<float>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s])
+                                          : time_kernel<double>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s]);
+          }
+        }
+    if (agree) {
+      std::vector<std::int64_t> times(c.ns.begin(), c.ns.end());
+      times.push_back(1);  // summed: the number of ranks, so that the rates are per rank
+      agree(times);
+      c.ranks = std::max<std::int64_t>(times.back(), 1);
+      std::copy(times.begin(), times.end() - 1, c.ns.begin());
+    }
+    for (int cls = 0; cls < n_classes; ++cls)
+      c.kernel[cls] = c.ns[2 * cls + 1] < c.ns[2 * cls] ? host::GemmKernel::blas : host::GemmKernel::eigen;
+  }
+  choice() = c;
+}
+
+const Choice& current() {
+  std::lock_guard lock(choice_mutex());
+  if (!choice().made) choose_locked({});
+  return choice();
+}
+
+double gflops(std::int64_t s, std::int64_t ns) {
+  return 2.0 * static_cast<double>(s * s * s) / static_cast<double>(ns);
+}
+
+}  // namespace
+
+namespace host {
+
+const char* kernel_name(GemmKernel k) noexcept { return k == GemmKernel::blas ? "openblas" : "eigen"; }
+
+bool have_blas() noexcept { return SHARDEX_WITH_BLAS != 0; }
+
+GemmKernel gemm_kernel(const GemmShape& g, int element_bytes) {
+  return current().kernel[class_of(element_bytes == 8 ? 1 : 0, g.ta, g.tb, size_class(g))];
+}
+
+void choose_gemm_kernels(const AgreeOnTimes& agree) {
+  std::lock_guard lock(choice_mutex());
+  choose_locked(agree);
+}
+
+template <class T>
+void gemm_with(GemmKernel k, const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  run_kernel(k, g, alpha, a, b, beta, c);
+}
+template void gemm_with<float>(GemmKernel, const GemmShape&, float, const float*, const float*, float, float*);
+template void gemm_with<double>(GemmKernel, const GemmShape&, double, const double*, const double*, double, double*);
+
+GemmChoice gemm_kernels() {
+  const Choice& c = current();
+  GemmChoice out;
+  out.measured = c.measured;
+  for (int type = 0; type < n_types; ++type)
+    for (int t = 0; t < n_trans; ++t)
+      for (int s = 0; s < n_sizes; ++s) {
+        const int cls = class_of(type, t >= 2, t % 2 == 1, s);
+        GemmClassChoice k;
+        k.element_bytes = type == 0 ? 4 : 8;
+        k.ta = t >= 2;
+        k.tb = t % 2 == 1;
+        k.size = size_names[s];
+        k.cube = cube[s];
+        k.kernel = c.kernel[cls];
+        if (c.measured) {
+          k.eigen_gflops = gflops(cube[s], c.ns[2 * cls]) * static_cast<double>(c.ranks);
+          k.blas_gflops = gflops(cube[s], c.ns[2 * cls + 1]) * static_cast<double>(c.ranks);
+        }
+        out.classes.push_back(k);
+      }
+  return out;
+}
+
+namespace {
+std::string class_label(const GemmClassChoice& k) {
+  return std::string(k.element_bytes == 4 ? "float" : "double") + " " + (k.ta ? "T" : "N") + (k.tb ? "T" : "N") + " " +
+         k.size;
+}
+}  // namespace
+
+std::string gemm_kernels_report() {
+  const GemmChoice c = gemm_kernels();
+  if (!c.measured)
+    return std::string("gemm kernels: ") + kernel_name(c.classes.front().kernel) + " for every product (" +
+           (have_blas() ? "SHARDEX_GEMM" : "a build without BLAS") + ")\n";
+  std::string out = "gemm kernels (measured at start-up; SHARDEX_GEMM=eigen|blas|auto overrides):\n";
+  char line[160];
+  for (const GemmClassChoice& k : c.classes) {
+    std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s, %s %6.1f GFLOP/s\n",
+                  class_label(k).c_str(), static_cast<long long>(k.cube), kernel_name(k.kernel), k.eigen_gflops,
+                  kernel_name(GemmKernel::blas), k.blas_gflops);
+    out += line;
+  }
+  return out;
+}
+
+std::string gemm_kernels_json() {
+  const GemmChoice c = gemm_kernels();
+  std::string out = std::string("\"gemm_kernels\":{\"measured\":") + (c.measured ? "true" : "false");
+  for (const GemmClassChoice& k : c.classes) out += ",\"" + class_label(k) + "\":\"" + kernel_name(k.kernel) + "\"";
+  return out + "}";
+}
+
+}  // namespace host
+
+template <class T>
+void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);
+}
+
+template <class T>
+const char* Host::gemm_kernel(const GemmShape& g) {
+  return host::kernel_name(host::gemm_kernel(g, sizeof(T)));
+}
+
+template void Host::gemm<float>(const GemmShape&, float, const float*, const float*, float, float*);
+template void Host::gemm<double>(const GemmShape&, double, const double*, const double*, double, double*);
+template const char* Host::gemm_kernel<float>(const GemmShape&);
+template const char* Host::gemm_kernel<double>(const GemmShape&);
+
+}  // namespace shardex

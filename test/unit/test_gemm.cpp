@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+// Host::gemm through either kernel (Eigen's, the BLAS's) against a plain
+// triple loop, for every transposition, strides, batches, alpha and beta and
+// zero sizes; the choice per shape class (device/host/gemm_kernels.hpp): the
+// faster kernel of each class, the same on every rank, SHARDEX_GEMM honoured
+// and refused when it names no kernel. (test_explain checks that explain names
+// each matmul's kernel.)
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "shardex/core/error.hpp"
+#include "shardex/device/host/host.hpp"
+
+#include "support/dist.hpp"
+
+using namespace shardex;
+using shardex::test::world;
+
+namespace {
+
+// Sets SHARDEX_GEMM and chooses again (every rank, together); restores auto at the end.
+struct GemmOverride {
+  explicit GemmOverride(const char* value) { choose(value); }
+  ~GemmOverride() { choose(nullptr); }
+  static void choose(const char* value) {
+    if (value)
+      setenv("SHARDEX_GEMM", value, 1);
+    else
+      unsetenv("SHARDEX_GEMM");
+    host::choose_gemm_kernels(
+        [](std::vector<std::int64_t>& ns) { world().all_reduce(ns.data(), static_cast<std::int64_t>(ns.size())); });
+  }
+};
+
+template <class T>
+T at(const std::vector<T>& x, std::int64_t i) {
+  return x[static_cast<std::size_t>(i)];
+}
+
+// C = alpha op(A) op(B) + beta C by the definition, for one batch entry.
+template <class T>
+void reference_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+  for (std::int64_t i = 0; i < g.m; ++i)
+    for (std::int64_t j = 0; j < g.n; ++j) {
+      T s = 0;
+      for (std::int64_t p = 0; p < g.k; ++p)
+        s += (g.ta ? a[p * g.lda + i] : a[i * g.lda + p]) * (g.tb ? b[j * g.ldb + p] : b[p * g.ldb + j]);
+      c[i * g.ldc + j] = alpha * s + (beta == T(0) ? T(0) : beta * c[i * g.ldc + j]);
+    }
+}
+
+// Every case of one kernel: returns the largest relative difference from the reference.
+template <class T>
+double worst_difference() {
+  double worst = 0;
+  const std::int64_t sizes[][3] = {{3, 4, 5}, {0, 4, 5}, {3, 0, 5}, {3, 4, 0}, {1, 1, 1}, {17, 9, 33}, {64, 70, 50}};
+  for (const auto& s : sizes)
+    for (int t = 0; t < 4; ++t)
+      for (const T beta : {T(0), T(1), T(0.5)})
+        for (const std::int64_t batch : {1, 3}) {
+          const std::int64_t m = s[0], k = s[1], n = s[2];
+          const bool ta = t >= 2, tb = t % 2 == 1;
+          GemmShape g;
+          g.m = m, g.n = n, g.k = k, g.ta = ta, g.tb = tb;
+          // Row strides wider than the rows (a sub-matrix), batch entries apart.
+          g.lda = (ta ? m : k) + 2, g.ldb = (tb ? k : n) + 1, g.ldc = n + 3;
+          g.stride_a = (ta ? k : m) * g.lda + 5, g.stride_b = (tb ? n : k) * g.ldb + 4, g.stride_c = m * g.ldc + 2;
+          g.batch = batch;
+          std::vector<T> a(static_cast<std::size_t>(g.stride_a * batch)),
+              b(static_cast<std::size_t>(g.stride_b * batch));
+          std::vector<T> c(static_cast<std::size_t>(g.stride_c * batch));
+          for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<T>(std::sin(0.37 * double(i)));
+          for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(std::cos(0.21 * double(i)));
+          for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<T>(0.1 * double(i % 11));
+          std::vector<T> want = c;
+          Host::gemm(g, T(0.75), a.data(), b.data(), beta, c.data());
+          for (std::int64_t e = 0; e < batch; ++e)
+            reference_gemm(g, T(0.75), a.data() + e * g.stride_a, b.data() + e * g.stride_b, beta,
+                           want.data() + e * g.stride_c);
+          for (std::size_t i = 0; i < c.size(); ++i)  // the padding between rows and entries untouched too
+            worst = std::max(worst, std::abs(double(c[i] - want[i])) / (1.0 + std::abs(double(want[i]))));
+        }
+  return worst;
+}
+
+std::int64_t text_hash(const std::string& s) {
+  return static_cast<std::int64_t>(std::hash<std::string>{}(s)&0x3fffffffffffffffULL);
+}
+
+}  // namespace
+
+TEST_CASE("Host::gemm through Eigen's kernel equals the definition (transpositions, strides, batches, zeros)") {
+  const GemmOverride eigen("eigen");
+  CHECK(worst_difference<double>() < 1e-13);
+  CHECK(worst_difference<float>() < 1e-5);
+}
+
+TEST_CASE("Host::gemm through the BLAS equals the definition (transpositions, strides, batches, zeros)" *
+          doctest::skip(!host::have_blas())) {
+  const GemmOverride blas("blas");
+  CHECK(host::gemm_kernel(GemmShape::plain(64, 64, 64), 8) == host::GemmKernel::blas);
+  CHECK(worst_difference<double>() < 1e-13);
+  CHECK(worst_difference<float>() < 1e-5);
+}
+
+TEST_CASE("each shape class runs the kernel measured faster, the same on every rank") {
+  GemmOverride::choose(nullptr);
+  const host::GemmChoice c = host::gemm_kernels();
+  CHECK(c.measured == host::have_blas());
+  REQUIRE(c.classes.size() == 24);  // 2 element types x 4 transpositions x 3 sizes
+  for (const auto& k : c.classes) {
+    CAPTURE(k.element_bytes);
+    CAPTURE(k.ta);
+    CAPTURE(k.tb);
+    CAPTURE(std::string(k.size));
+    if (c.measured) {
+      CHECK(k.eigen_gflops > 0);
+      CHECK(k.blas_gflops > 0);
+      CHECK(k.kernel == (k.blas_gflops > k.eigen_gflops ? host::GemmKernel::blas : host::GemmKernel::eigen));
+    } else {
+      CHECK(k.kernel == host::GemmKernel::eigen);
+    }
+    // A product of the class's cube, and of a shape of the same class, runs the class's kernel.
+    GemmShape g = GemmShape::plain(k.cube, k.cube, k.cube, k.ta, k.tb);
+    CHECK(host::gemm_kernel(g, k.element_bytes) == k.kernel);
+    g = GemmShape::plain(k.cube * 2, k.cube, k.cube / 2, k.ta, k.tb);
+    CHECK(host::gemm_kernel(g, k.element_bytes) == k.kernel);
+  }
+  // The ranks agreed: the same table everywhere.
+  std::int64_t lo = text_hash(host::gemm_kernels_json()), hi = lo;
+  world().all_reduce_min(&lo, 1);
+  world().all_reduce_max(&hi, 1);
+  CHECK(lo == hi);
+  const std::string report = host::gemm_kernels_report();
+  CHECK(report.find(c.measured ? "measured at start-up" : "for every product") != std::string::npos);
+}
+
+TEST_CASE("SHARDEX_GEMM that names no kernel is refused, naming the variable and the choices") {
+  std::string message;
+  setenv("SHARDEX_GEMM", "fastest", 1);
+  try {
+    host::choose_gemm_kernels();
+  } catch (const invalid_argument& e) {
+    message = e.what();
+  }
+  CHECK(message == "SHARDEX_GEMM=fastest: expected eigen, blas or auto");
+  if (!host::have_blas()) {
+    setenv("SHARDEX_GEMM", "blas", 1);
+    CHECK_THROWS_WITH_AS(host::choose_gemm_kernels(), doctest::Contains("has no BLAS"), invalid_argument);
+  }
+  GemmOverride::choose(nullptr);
+}
