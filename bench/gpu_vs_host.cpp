@@ -17,6 +17,7 @@
 #include <shardex/cuda.hpp>
 
 #include "../examples/support/command_line.hpp"
+#include "timing.hpp"
 
 using namespace shardex;
 
@@ -24,10 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 /// The median time of `step()` over `reps` runs, after one warm-up; `sync`
 /// waits for the device so that the time is the work, not its launch.

@@ -30,20 +30,14 @@
 #include <shardex.hpp>
 
 #include "../examples/support/command_line.hpp"
+#include "timing.hpp"
 
 using namespace shardex;
+using bench::median;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-double max_over_ranks(const mpi::Communicator& comm, double v) {
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, comm.native());
-  return v;
-}
+double max_over_ranks(const mpi::Communicator& comm, double v) { return bench::max_over_ranks(comm.native(), v); }
 
 }  // namespace
 

@@ -10,8 +10,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string_view>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "shardex/config.hpp"
 #include "shardex/core/error.hpp"
@@ -123,6 +129,7 @@ struct Choice {
   std::array<host::GemmKernel, n_classes> kernel{};
   std::array<std::int64_t, 2 * n_classes> ns{};  // per class: Eigen's time, the BLAS's (summed over the ranks)
   std::int64_t ranks = 1;                        // the ranks whose times ns sums
+  bool from_cache = false;                       // the times came from the cache file
 };
 
 std::mutex& choice_mutex() {
@@ -168,34 +175,123 @@ int requested_kernel() {
   throw invalid_argument(std::string("SHARDEX_GEMM=") + v + ": expected eigen, blas or auto");
 }
 
-void choose_locked(const host::AgreeOnTimes& agree) {
+// The cache of a measurement (SHARDEX_GEMM_CACHE, else
+// $XDG_CACHE_HOME/shardex/gemm-kernels.json or ~/.cache/...; empty: none),
+// valid for the machine, the thread count and this library's classes. Rank 0
+// alone reads and writes it. Anything unexpected in it is a miss: measured again.
+std::string cache_path() {
+  if (const char* v = std::getenv("SHARDEX_GEMM_CACHE")) return v;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/shardex/gemm-kernels.json";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/shardex/gemm-kernels.json";
+  return "";
+}
+
+std::string cache_key() {
+  std::string cpu = "unknown";
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);)
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 1);
+      break;
+    }
+  std::string classes;  // the classes' cubes: a library that times others does not read this cache
+  for (const auto c : cube) classes += std::to_string(c) + "^3 ";
+  return std::string(host::kernel_name(host::GemmKernel::blas)) + " vs eigen; " + classes + std::to_string(n_classes) +
+         " classes; " + std::to_string(host::threads()) + " thread(s);" + cpu;
+}
+
+// ns (2 per class) and the ranks they sum over, or false.
+bool read_cache(const std::string& path, std::array<std::int64_t, 2 * n_classes>& ns, std::int64_t& ranks) {
+  if (path.empty()) return false;
+  std::ifstream in(path);
+  if (!in) return false;
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    if (doc.at("key").get<std::string>() != cache_key()) return false;
+    const auto& t = doc.at("ns");
+    if (!t.is_array() || t.size() != ns.size()) return false;
+    for (std::size_t i = 0; i < ns.size(); ++i) {
+      ns[i] = t[i].get<std::int64_t>();
+      if (ns[i] <= 0) return false;
+    }
+    ranks = doc.at("ranks").get<std::int64_t>();
+    return ranks >= 1;
+  } catch (const std::exception&) {  // not JSON, a member missing or of another type
+    return false;
+  }
+}
+
+// Written to a temporary file and renamed: a reader sees the old file or the new one.
+void write_cache(const std::string& path, const std::array<std::int64_t, 2 * n_classes>& ns, std::int64_t ranks) {
+  if (path.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    out << nlohmann::json{{"key", cache_key()}, {"ranks", ranks}, {"ns", ns}}.dump() << "\n";
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return;  // a cache that cannot be written: the next run measures again
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+void measure(Choice& c) {
+  for (int type = 0; type < n_types; ++type)
+    for (int t = 0; t < n_trans; ++t)
+      for (int s = 0; s < n_sizes; ++s) {
+        const int cls = class_of(type, t >= 2, t % 2 == 1, s);
+        for (int k = 0; k < 2; ++k) {
+          const auto kernel = static_cast<host::GemmKernel>(k);
+          c.ns[2 * cls + k] = type == 0 ? time_kernel<float>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s])
+                                        : time_kernel<double>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s]);
+        }
+      }
+}
+
+void choose_locked(const host::GemmAgreement& agree) {
   Choice c;
   c.made = true;
   const int requested = requested_kernel();
   if (requested >= 0 || !host::have_blas()) {
     c.kernel.fill(static_cast<host::GemmKernel>(std::max(requested, 0)));
+    choice() = c;
+    return;
+  }
+  c.measured = true;
+  // Rank 0 says whether its cache holds the times, and which: every rank takes rank 0's.
+  const std::string path = agree.rank == 0 ? cache_path() : std::string();
+  std::vector<std::int64_t> cached(2 * n_classes + 2, 0);  // found, ranks, ns...
+  if (agree.rank == 0) {
+    std::array<std::int64_t, 2 * n_classes> ns{};
+    std::int64_t ranks = 1;
+    if (read_cache(path, ns, ranks)) {
+      cached[0] = 1;
+      cached[1] = ranks;
+      std::copy(ns.begin(), ns.end(), cached.begin() + 2);
+    }
+  }
+  if (agree.broadcast) agree.broadcast(cached);
+  if (cached[0] == 1) {
+    c.from_cache = true;
+    c.ranks = cached[1];
+    std::copy(cached.begin() + 2, cached.end(), c.ns.begin());
   } else {
-    c.measured = true;
-    for (int type = 0; type < n_types; ++type)
-      for (int t = 0; t < n_trans; ++t)
-        for (int s = 0; s < n_sizes; ++s) {
-          const int cls = class_of(type, t >= 2, t % 2 == 1, s);
-          for (int k = 0; k < 2; ++k) {
-            const auto kernel = static_cast<host::GemmKernel>(k);
-            c.ns[2 * cls + k] = type == 0 ? time_kernel<float>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s])
-                                          : time_kernel<double>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s]);
-          }
-        }
-    if (agree) {
+    measure(c);
+    if (agree.sum) {
       std::vector<std::int64_t> times(c.ns.begin(), c.ns.end());
       times.push_back(1);  // summed: the number of ranks, so that the rates are per rank
-      agree(times);
+      agree.sum(times);
       c.ranks = std::max<std::int64_t>(times.back(), 1);
       std::copy(times.begin(), times.end() - 1, c.ns.begin());
     }
-    for (int cls = 0; cls < n_classes; ++cls)
-      c.kernel[cls] = c.ns[2 * cls + 1] < c.ns[2 * cls] ? host::GemmKernel::blas : host::GemmKernel::eigen;
+    if (agree.rank == 0) write_cache(path, c.ns, c.ranks);
   }
+  for (int cls = 0; cls < n_classes; ++cls)
+    c.kernel[cls] = c.ns[2 * cls + 1] < c.ns[2 * cls] ? host::GemmKernel::blas : host::GemmKernel::eigen;
   choice() = c;
 }
 
@@ -221,7 +317,7 @@ GemmKernel gemm_kernel(const GemmShape& g, int element_bytes) {
   return current().kernel[class_of(element_bytes == 8 ? 1 : 0, g.ta, g.tb, size_class(g))];
 }
 
-void choose_gemm_kernels(const AgreeOnTimes& agree) {
+void choose_gemm_kernels(const GemmAgreement& agree) {
   std::lock_guard lock(choice_mutex());
   choose_locked(agree);
 }
@@ -238,6 +334,7 @@ GemmChoice gemm_kernels() {
   const Choice& c = current();
   GemmChoice out;
   out.measured = c.measured;
+  out.from_cache = c.from_cache;
   for (int type = 0; type < n_types; ++type)
     for (int t = 0; t < n_trans; ++t)
       for (int s = 0; s < n_sizes; ++s) {
@@ -270,7 +367,9 @@ std::string gemm_kernels_report() {
   if (!c.measured)
     return std::string("gemm kernels: ") + kernel_name(c.classes.front().kernel) + " for every product (" +
            (have_blas() ? "SHARDEX_GEMM" : "a build without BLAS") + ")\n";
-  std::string out = "gemm kernels (measured at start-up; SHARDEX_GEMM=eigen|blas|auto overrides):\n";
+  std::string out = std::string("gemm kernels (") +
+                    (c.from_cache ? "measured before, from the cache" : "measured at start-up") +
+                    "; SHARDEX_GEMM=eigen|blas|auto overrides):\n";
   char line[160];
   for (const GemmClassChoice& k : c.classes) {
     std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s, %s %6.1f GFLOP/s\n",

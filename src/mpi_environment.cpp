@@ -21,13 +21,20 @@ bool initialized() {
   return flag != 0;
 }
 
-// Every rank times the GEMM kernels at once and all take the sums (integers:
-// exact, so every rank chooses the same kernel for each shape class).
+// Rank 0's cached times, or every rank times the GEMM kernels at once and all
+// take the sums (integers: exact): every rank chooses the same kernel per class.
 void choose_gemm_kernels_together() {
-  host::choose_gemm_kernels([](std::vector<std::int64_t>& ns) {
+  host::GemmAgreement agree;
+  MPI_Comm_rank(MPI_COMM_WORLD, &agree.rank);
+  agree.sum = [](std::vector<std::int64_t>& ns) {
     check(MPI_Allreduce(MPI_IN_PLACE, ns.data(), static_cast<int>(ns.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
           "MPI_Allreduce (the GEMM kernels' timings)");
-  });
+  };
+  agree.broadcast = [](std::vector<std::int64_t>& v) {
+    check(MPI_Bcast(v.data(), static_cast<int>(v.size()), MPI_INT64_T, 0, MPI_COMM_WORLD),
+          "MPI_Bcast (the GEMM kernels' cached timings)");
+  };
+  host::choose_gemm_kernels(agree);
 }
 }  // namespace
 

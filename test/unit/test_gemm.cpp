@@ -3,15 +3,20 @@
 // triple loop, for every transposition, strides, batches, alpha and beta and
 // zero sizes; the choice per shape class (device/host/gemm_kernels.hpp): the
 // faster kernel of each class, the same on every rank, SHARDEX_GEMM honoured
-// and refused when it names no kernel. (test_explain checks that explain names
-// each matmul's kernel.)
+// and refused when it names no kernel; the cache of the timing. (test_explain
+// checks that explain names each matmul's kernel.)
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "shardex/core/error.hpp"
 #include "shardex/device/host/host.hpp"
@@ -23,18 +28,38 @@ using shardex::test::world;
 
 namespace {
 
-// Sets SHARDEX_GEMM and chooses again (every rank, together); restores auto at the end.
+// Every rank's part of choose_gemm_kernels' agreement, over the test's world.
+host::GemmAgreement agreement() {
+  host::GemmAgreement a;
+  a.rank = world().rank();
+  a.sum = [](std::vector<std::int64_t>& v) { world().all_reduce(v.data(), static_cast<std::int64_t>(v.size())); };
+  a.broadcast = [](std::vector<std::int64_t>& v) {
+    world().broadcast(v.data(), static_cast<std::int64_t>(v.size()), 0);
+  };
+  return a;
+}
+
+// Sets SHARDEX_GEMM and chooses again (every rank, together); restores the
+// setting it found at the end (the sanitizer's tests run with eigen).
 struct GemmOverride {
-  explicit GemmOverride(const char* value) { choose(value); }
-  ~GemmOverride() { choose(nullptr); }
+  explicit GemmOverride(const char* value) : had_(std::getenv("SHARDEX_GEMM") != nullptr) {
+    if (had_) before_ = std::getenv("SHARDEX_GEMM");
+    choose(value);
+  }
+  ~GemmOverride() { choose(had_ ? before_.c_str() : nullptr); }
+  GemmOverride(const GemmOverride&) = delete;
+  GemmOverride& operator=(const GemmOverride&) = delete;
   static void choose(const char* value) {
     if (value)
       setenv("SHARDEX_GEMM", value, 1);
     else
       unsetenv("SHARDEX_GEMM");
-    host::choose_gemm_kernels(
-        [](std::vector<std::int64_t>& ns) { world().all_reduce(ns.data(), static_cast<std::int64_t>(ns.size())); });
+    host::choose_gemm_kernels(agreement());
   }
+
+private:
+  bool had_;
+  std::string before_;
 };
 
 template <class T>
@@ -109,7 +134,7 @@ TEST_CASE("Host::gemm through the BLAS equals the definition (transpositions, st
 }
 
 TEST_CASE("each shape class runs the kernel measured faster, the same on every rank") {
-  GemmOverride::choose(nullptr);
+  const GemmOverride automatic("auto");
   const host::GemmChoice c = host::gemm_kernels();
   CHECK(c.measured == host::have_blas());
   REQUIRE(c.classes.size() == 24);  // 2 element types x 4 transpositions x 3 sizes
@@ -137,14 +162,15 @@ TEST_CASE("each shape class runs the kernel measured faster, the same on every r
   world().all_reduce_max(&hi, 1);
   CHECK(lo == hi);
   const std::string report = host::gemm_kernels_report();
-  CHECK(report.find(c.measured ? "measured at start-up" : "for every product") != std::string::npos);
+  CHECK(report.find(c.measured ? "measured" : "for every product") != std::string::npos);
 }
 
 TEST_CASE("SHARDEX_GEMM that names no kernel is refused, naming the variable and the choices") {
+  const GemmOverride restored_at_the_end("auto");
   std::string message;
   setenv("SHARDEX_GEMM", "fastest", 1);
   try {
-    host::choose_gemm_kernels();
+    host::choose_gemm_kernels();  // before anything is read: no collective
   } catch (const invalid_argument& e) {
     message = e.what();
   }
@@ -153,5 +179,59 @@ TEST_CASE("SHARDEX_GEMM that names no kernel is refused, naming the variable and
     setenv("SHARDEX_GEMM", "blas", 1);
     CHECK_THROWS_WITH_AS(host::choose_gemm_kernels(), doctest::Contains("has no BLAS"), invalid_argument);
   }
-  GemmOverride::choose(nullptr);
+}
+
+TEST_CASE("the measurement is cached: rank 0 reads it, every rank takes it; a damaged cache is measured again" *
+          doctest::skip(!host::have_blas())) {
+  const auto& w = world();
+  const GemmOverride automatic("auto");
+  std::int64_t pid = static_cast<std::int64_t>(getpid());
+  w.broadcast(&pid, 1, 0);
+  const std::string path = "/tmp/shardex_gemm_cache_" + std::to_string(pid) + "/kernels.json";
+  const char* before = std::getenv("SHARDEX_GEMM_CACHE");
+  const std::string saved = before ? before : "";
+  setenv("SHARDEX_GEMM_CACHE", path.c_str(), 1);
+  const auto read = [&] {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  if (w.rank() == 0) std::remove(path.c_str());
+  w.barrier();
+  host::choose_gemm_kernels(agreement());  // no file: measured, and written by rank 0
+  const host::GemmChoice measured = host::gemm_kernels();
+  CHECK(measured.measured);
+  CHECK_FALSE(measured.from_cache);
+  w.barrier();
+  if (w.rank() == 0) CHECK(read().find("\"ns\"") != std::string::npos);
+  host::choose_gemm_kernels(agreement());  // read back: the same times, the same choice
+  const host::GemmChoice cached = host::gemm_kernels();
+  CHECK(cached.from_cache);
+  REQUIRE(cached.classes.size() == measured.classes.size());
+  for (std::size_t i = 0; i < cached.classes.size(); ++i) {
+    CHECK(cached.classes[i].kernel == measured.classes[i].kernel);
+    CHECK(cached.classes[i].eigen_gflops == doctest::Approx(measured.classes[i].eigen_gflops));
+  }
+  CHECK(host::gemm_kernels_report().find("from the cache") != std::string::npos);
+  // Damaged (not JSON, a key of another type, empty): measured again and rewritten.
+  for (const std::string& damage : {std::string("{not json"), std::string("{\"key\":1}"), std::string("")}) {
+    if (w.rank() == 0) std::ofstream(path) << damage;
+    w.barrier();
+    host::choose_gemm_kernels(agreement());
+    CHECK_FALSE(host::gemm_kernels().from_cache);
+    w.barrier();
+    if (w.rank() == 0) CHECK(read().find("\"ns\"") != std::string::npos);
+  }
+  // SHARDEX_GEMM_CACHE empty: no file at all.
+  setenv("SHARDEX_GEMM_CACHE", "", 1);
+  host::choose_gemm_kernels(agreement());
+  CHECK_FALSE(host::gemm_kernels().from_cache);
+  if (w.rank() == 0) {
+    std::remove(path.c_str());
+    std::remove(path.substr(0, path.rfind('/')).c_str());
+  }
+  if (before)
+    setenv("SHARDEX_GEMM_CACHE", saved.c_str(), 1);
+  else
+    unsetenv("SHARDEX_GEMM_CACHE");
+  w.barrier();
 }

@@ -8,11 +8,12 @@
 /// float GEMM ran 68 GFLOP/s on a core and OpenBLAS's 86; on another Eigen
 /// was the faster), so the choice is measured: each class below is timed with
 /// both kernels on a product of its size, once per process, when the
-/// environment starts (mpi::Environment, serial::Environment), or at the first
-/// product in a program that makes none. Over MPI every rank measures at the
-/// same time and the ranks agree on the sums of their times, so that every
-/// rank runs a class's products with the same kernel (a Replicated result
-/// stays equal on all of them). The measurement takes a few tens of ms.
+/// environment starts (mpi::Environment), or at the first product in a
+/// program that makes none. Over MPI every rank measures at the same time and
+/// the ranks agree on the sums of their times, so that every rank runs a
+/// class's products with the same kernel (a Replicated result stays equal on
+/// all of them). The measurement takes a few tens of ms, and is cached in a
+/// file for the next runs on the machine (see choose_gemm_kernels).
 ///
 /// `SHARDEX_GEMM=eigen` or `SHARDEX_GEMM=blas` skips it and takes that kernel
 /// for every class; `auto` (or unset) measures. `explain` names the kernel of
@@ -74,7 +75,8 @@ struct GemmClassChoice {
 /// The choice of every class; `measured` is false when SHARDEX_GEMM named the
 /// kernel or the build has no BLAS.
 struct GemmChoice {
-  bool measured = false;                 ///< whether the kernels were timed
+  bool measured = false;                 ///< whether the kernels were timed (now, or in the cache)
+  bool from_cache = false;               ///< the times came from the cache file
   std::vector<GemmClassChoice> classes;  ///< every class, float first
 };
 
@@ -93,15 +95,26 @@ std::string gemm_kernels_report();
 /// The choice as one JSON member, for the trace ("gemm_kernels":{...}).
 std::string gemm_kernels_json();
 
-/// Sums each rank's measured times into every rank's (the ranks' agreement):
-/// an exact integer all-reduce over the world, or nothing for one rank.
-using AgreeOnTimes = std::function<void(std::vector<std::int64_t>& nanoseconds)>;
+/// How the ranks agree on the choice: this rank, an exact element-wise sum
+/// over the ranks into every rank's vector, and rank 0's vector to every
+/// rank. Empty functions: one rank alone.
+struct GemmAgreement {
+  int rank = 0;  ///< this rank (0 reads and writes the cache)
+  ///@{
+  /// The sum over the ranks, and rank 0's values, in place.
+  std::function<void(std::vector<std::int64_t>&)> sum, broadcast;
+  ///@}
+};
 
-/// Measures both kernels on every class (unless SHARDEX_GEMM names one) and
-/// keeps the faster of each; `agree` combines the ranks' times first. The
-/// environments call it; a later call measures again. Collective when `agree`
-/// is. @throws invalid_argument if SHARDEX_GEMM is not eigen, blas or auto, or
+/// Chooses the kernel of every class (unless SHARDEX_GEMM names one): from
+/// the cache, which rank 0 reads, when it was measured on this machine kind
+/// with this thread count; else every rank times both kernels on every class,
+/// the ranks sum their times, and rank 0 writes the cache. The environments
+/// call it; a later call chooses again. Collective when `agree` is.
+/// The cache: SHARDEX_GEMM_CACHE names the file (empty: no cache), else
+/// $XDG_CACHE_HOME/shardex/gemm-kernels.json, else ~/.cache/shardex/gemm-kernels.json.
+/// @throws invalid_argument if SHARDEX_GEMM is not eigen, blas or auto, or
 /// names blas in a build without one.
-void choose_gemm_kernels(const AgreeOnTimes& agree = {});
+void choose_gemm_kernels(const GemmAgreement& agree = {});
 
 }  // namespace shardex::host

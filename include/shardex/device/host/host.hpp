@@ -120,55 +120,19 @@ struct Host {
 
   /// out (outer, inner) = the sum over the middle dim of in (outer, extent, inner).
   template <class T>
-  static void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
-    // Eigen's vectorized reductions and row additions (a scalar loop into
-    // memory was most of a norm's training step in bench/layers.cpp).
-    const auto n = static_cast<Eigen::Index>(inner);
-    for (std::int64_t o = 0; o < outer; ++o) {
-      if (inner == 1) {
-        out[o] = host::ConstArrayMap<T>(in + o * extent, static_cast<Eigen::Index>(extent)).sum();
-        continue;
-      }
-      auto row = host::ArrayMap<T>(out + o * inner, n);
-      row.setZero();
-      for (std::int64_t j = 0; j < extent; ++j) row += host::ConstArrayMap<T>(in + (o * extent + j) * inner, n);
-    }
-  }
+  static void sum_middle(const T* in, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner);
 
   /// out (outer, extent, inner) = g (outer, inner) repeated along the middle dim.
   template <class T>
-  static void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner) {
-    for (std::int64_t o = 0; o < outer; ++o) {
-      if (inner == 1) {  // a sum over the last dim (or all): one value per row, not a copy per element
-        host::ArrayMap<T>(out + o * extent, static_cast<Eigen::Index>(extent)).setConstant(g[o]);  // vectorized
-        continue;
-      }
-      for (std::int64_t j = 0; j < extent; ++j)
-        std::copy(g + o * inner, g + (o + 1) * inner, out + (o * extent + j) * inner);
-    }
-  }
+  static void broadcast_middle(const T* g, T* out, std::int64_t outer, std::int64_t extent, std::int64_t inner);
 
   /// Each row of s (rows x cols) replaced by its softmax.
   template <class T>
-  static void softmax_rows(T* s, std::int64_t rows, std::int64_t cols) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      auto row = host::ArrayMap<T>(s + r * cols, static_cast<Eigen::Index>(cols));
-      if (cols == 0) continue;
-      row = (row - row.maxCoeff()).exp();
-      row /= row.sum();
-    }
-  }
+  static void softmax_rows(T* s, std::int64_t rows, std::int64_t cols);
 
   /// The adjoint of softmax_rows, scaled: dp <- scale * p * (dp - rowsum(dp * p)).
   template <class T>
-  static void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto P = host::ConstArrayMap<T>(p + r * cols, static_cast<Eigen::Index>(cols));
-      auto D = host::ArrayMap<T>(dp + r * cols, static_cast<Eigen::Index>(cols));
-      const T dot = (D * P).sum();
-      D = scale * P * (D - dot);
-    }
-  }
+  static void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale);
 
   /// One Adam step over n elements of a parameter, its gradient and moments
   /// (optim::adam_update_at; the Cuda device runs it as one fused kernel).
@@ -187,79 +151,20 @@ struct Host {
   /// columns (a scalar loop was 40x the memory-bandwidth floor).
   template <class T>
   static void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows,
-                           std::int64_t cols, T eps, bool rms) {
-    if (cols == 0) {
-      std::fill(mean, mean + rows, T(0));
-      std::fill(rstd, rstd + rows, T(1) / std::sqrt(eps));
-      return;
-    }
-    const auto n = static_cast<Eigen::Index>(cols);
-    const auto W = host::ConstArrayMap<T>(w, n);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto X = host::ConstArrayMap<T>(x + r * cols, n);
-      const T m = rms ? T(0) : X.mean();
-      const T v = (X - m).square().mean();  // two passes: no cancellation of E[x^2] - m^2
-      mean[r] = m;
-      rstd[r] = T(1) / std::sqrt(v + eps);
-      auto Y = host::ArrayMap<T>(y + r * cols, n);
-      if (b)
-        Y = (X - m) * rstd[r] * W + host::ConstArrayMap<T>(b, n);
-      else
-        Y = (X - m) * rstd[r] * W;
-    }
-  }
+                           std::int64_t cols, T eps, bool rms);
   template <class T>
   static void norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
-                                  std::int64_t rows, std::int64_t cols, bool rms) {
-    if (cols == 0) return;
-    const auto n = static_cast<Eigen::Index>(cols);
-    const auto W = host::ConstArrayMap<T>(w, n);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto X = host::ConstArrayMap<T>(x + r * cols, n);
-      const auto G = host::ConstArrayMap<T>(g + r * cols, n);
-      const T m = mean[r], s = rstd[r];
-      const T a = rms ? T(0) : (G * W).sum() / static_cast<T>(cols);
-      const T c = (G * W * (X - m)).sum() * s / static_cast<T>(cols);
-      host::ArrayMap<T>(dx + r * cols, n) = s * (G * W - a - (X - m) * (s * c));
-    }
-  }
+                                  std::int64_t rows, std::int64_t cols, bool rms);
   /// The input's, the weight's and the bias's gradients in one pass over the
   /// rows (each row read once from memory; db may be null): what
   /// norm_backward_input and norm_backward_weight compute, as nn/norm.hpp runs
   /// it on a device that has it.
   template <class T>
   static void norm_backward_fused(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
-                                  std::int64_t rows, std::int64_t cols, bool rms) {
-    const auto n = static_cast<Eigen::Index>(cols);
-    auto DW = host::ArrayMap<T>(dw, n);
-    DW.setZero();
-    if (db) host::ArrayMap<T>(db, n).setZero();
-    if (cols == 0) return;
-    const auto W = host::ConstArrayMap<T>(w, n);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto X = host::ConstArrayMap<T>(x + r * cols, n);
-      const auto G = host::ConstArrayMap<T>(g + r * cols, n);
-      const T m = mean[r], s = rstd[r];
-      const T a = rms ? T(0) : (G * W).sum() / static_cast<T>(cols);
-      const T c = (G * W * (X - m)).sum() * s / static_cast<T>(cols);
-      host::ArrayMap<T>(dx + r * cols, n) = s * (G * W - a - (X - m) * (s * c));
-      DW += G * (X - m) * s;
-      if (db) host::ArrayMap<T>(db, n) += G;
-    }
-  }
+                                  std::int64_t rows, std::int64_t cols, bool rms);
   template <class T>
   static void norm_backward_weight(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db,
-                                   std::int64_t rows, std::int64_t cols) {
-    const auto n = static_cast<Eigen::Index>(cols);
-    auto DW = host::ArrayMap<T>(dw, n);
-    DW.setZero();
-    for (std::int64_t r = 0; r < rows; ++r)
-      DW += host::ConstArrayMap<T>(g + r * cols, n) * (host::ConstArrayMap<T>(x + r * cols, n) - mean[r]) * rstd[r];
-    if (!db) return;
-    auto DB = host::ArrayMap<T>(db, n);
-    DB.setZero();
-    for (std::int64_t r = 0; r < rows; ++r) DB += host::ConstArrayMap<T>(g + r * cols, n);
-  }
+                                   std::int64_t rows, std::int64_t cols);
   ///@}
 
   ///@{
@@ -282,41 +187,15 @@ struct Host {
       tokens::embedding_grad_at(dtable, ids, g, i, width, first, rows, [](T* p, T v) { *p += v; });
   }
   template <class T>
-  static void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq) {
-    // What causal_mask_at does per element, a row at a time: no division per element.
-    for (std::int64_t row = 0; row < blocks * seq; ++row)
-      std::fill(scores + row * seq + row % seq + 1, scores + (row + 1) * seq, -std::numeric_limits<T>::infinity());
-  }
-  // Cross-entropy's row passes are Eigen array expressions, as softmax_rows
-  // is: its exp is vectorized, a scalar exp per logit was most of the step;
-  // the element functions of device/token_ops.hpp define what they compute.
+  static void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq);
   template <class T>
-  static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
-    for (std::int64_t t = 0; t < rows; ++t)
-      max[t] = cols == 0 ? -std::numeric_limits<T>::infinity()
-                         : host::ConstArrayMap<T>(logits + t * cols, static_cast<Eigen::Index>(cols)).maxCoeff();
-  }
+  static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols);
   template <class T, class I>
   static void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
-                                 std::int64_t rows, std::int64_t cols, std::int64_t first) {
-    for (std::int64_t t = 0; t < rows; ++t) {
-      const T* row = logits + t * cols;
-      sum_exp[t] = (host::ConstArrayMap<T>(row, static_cast<Eigen::Index>(cols)) - max[t]).exp().sum();
-      const std::int64_t c = tokens::owned_row(targets[t], first, cols);
-      target_logit[t] = c < 0 ? T(0) : row[c];
-    }
-  }
+                                 std::int64_t rows, std::int64_t cols, std::int64_t first);
   template <class T, class I>
   static void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
-                                     T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first) {
-    for (std::int64_t t = 0; t < rows; ++t) {
-      const auto n = static_cast<Eigen::Index>(cols);
-      host::ArrayMap<T>(dlogits + t * cols, n) =
-          (host::ConstArrayMap<T>(logits + t * cols, n) - max[t]).exp() * (scale[t] / sum_exp[t]);
-      const std::int64_t c = tokens::owned_row(targets[t], first, cols);
-      if (c >= 0) dlogits[t * cols + c] -= scale[t];
-    }
-  }
+                                     T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first);
   ///@}
 };
 
@@ -328,9 +207,10 @@ T Host::sum(const T* x, std::int64_t n) {
   return n == 0 ? T(0) : host::ConstArrayMap<T>(x, static_cast<Eigen::Index>(n)).sum();
 }
 
-// Compiled once into the library (src/instances.cpp, src/host_gemm.cpp): the product and
-// reduction kernels are the heaviest code a translation unit would otherwise
-// compile for itself.
+// Compiled once into the library (src/instances.cpp, src/host_gemm.cpp,
+// src/host_passes.cpp, at the library's optimization: a test program built at
+// -O0 runs them as fast as a user's): the product and reduction kernels are
+// the heaviest code a translation unit would otherwise compile for itself.
 extern template void Host::gemm<float>(const GemmShape&, float, const float*, const float*, float, float*);
 extern template void Host::gemm<double>(const GemmShape&, double, const double*, const double*, double, double*);
 extern template const char* Host::gemm_kernel<float>(const GemmShape&);
