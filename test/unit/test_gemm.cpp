@@ -181,8 +181,10 @@ TEST_CASE("SHARDEX_GEMM that names no kernel is refused, naming the variable and
   }
 }
 
+// Skipped under the sanitizers: each of its five measurements times Eigen's
+// kernel at -O0 there (seconds); the main suite runs it.
 TEST_CASE("the measurement is cached: rank 0 reads it, every rank takes it; a damaged cache is measured again" *
-          doctest::skip(!host::have_blas())) {
+          doctest::skip(!host::have_blas() || test::sanitized)) {
   const auto& w = world();
   const GemmOverride automatic("auto");
   std::int64_t pid = static_cast<std::int64_t>(getpid());
