@@ -132,34 +132,30 @@ auto evaluate(const Norm<X, W, Rms>& e) {
     out.record(
         Norm<X, W, Rms>::node_name, std::move(inputs),
         [x, w, b, mean, rstd, rows, cols, bias_grad](const Tensor<T, dual_t<L>, Dev>& g) {
+          // Every gradient asked for, each written whole by the passes below.
+          const bool weights = w.node() || bias_grad;
+          auto dx = x.node() ? x.node()->make_empty() : typename decltype(x)::grad_type{};
+          auto dw = w.node() ? w.node()->make_empty()
+                             : (weights ? b.node()->make_empty() : typename decltype(w)::grad_type{});
+          auto db = bias_grad ? b.node()->make_empty() : dw;
+          T* db_data = bias_grad ? db.data() : static_cast<T*>(nullptr);
+          bool done = false;
           if constexpr (requires(T * p, const T* q) {
                           Dev::norm_backward_fused(q, q, q, q, q, p, p, p, rows, cols, Rms);
                         }) {
-            if (x.node() && (w.node() || bias_grad)) {  // the host: every gradient in one pass over the rows
-              auto dx = x.node()->make_empty();
-              auto dw = w.node() ? w.node()->make_empty() : b.node()->make_empty();
-              auto db = bias_grad ? b.node()->make_empty() : dw;
+            if (x.node() && weights) {  // the host: every gradient in one pass over the rows
               Dev::norm_backward_fused(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx.data(), dw.data(),
-                                       bias_grad ? db.data() : static_cast<T*>(nullptr), rows, cols, Rms);
-              x.node()->accumulate(dx);
-              if (w.node()) w.node()->accumulate(dw);
-              if (bias_grad) b.node()->accumulate(db);
-              return;
+                                       db_data, rows, cols, Rms);
+              done = true;
             }
           }
-          if (x.node()) {
-            auto dx = x.node()->make_empty();  // written whole
+          if (!done && x.node())
             Dev::norm_backward_input(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx.data(), rows, cols, Rms);
-            x.node()->accumulate(dx);
-          }
-          if (w.node() || bias_grad) {
-            auto dw = w.node() ? w.node()->make_empty() : b.node()->make_empty();  // written whole
-            auto db = bias_grad ? b.node()->make_empty() : dw;
-            Dev::norm_backward_weight(x.data(), g.data(), mean.get(), rstd.get(), dw.data(),
-                                      bias_grad ? db.data() : static_cast<T*>(nullptr), rows, cols);
-            if (w.node()) w.node()->accumulate(dw);
-            if (bias_grad) b.node()->accumulate(db);
-          }
+          if (!done && weights)
+            Dev::norm_backward_weight(x.data(), g.data(), mean.get(), rstd.get(), dw.data(), db_data, rows, cols);
+          if (x.node()) x.node()->accumulate(dx);
+          if (w.node()) w.node()->accumulate(dw);
+          if (bias_grad) b.node()->accumulate(db);
         });
   }
   return out;
