@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,7 +54,9 @@ def main():
     skipped = []  # consumers that could not be tried here, with the reason
     try:
         dest = os.path.join(tmp, "root")
+        start = time.monotonic()
         run(["meson", "install", "-C", build, "--destdir", dest, "--no-rebuild", "--quiet"], env, what="meson install")
+        print(f"installed in {time.monotonic() - start:.1f} s")
         pcs = glob.glob(os.path.join(dest, "**", "pkgconfig", "shardex.pc"), recursive=True)
         if len(pcs) != 1:
             print(f"FAIL install: expected one shardex.pc, found {pcs}")
@@ -95,14 +98,16 @@ def main():
 
         def build_and_run(name, src_dir, configure, build_cmd, exe, extra_env):
             e = dict(env, **extra_env)
+            start = time.monotonic()
             run(configure, e, what=f"{name}: configure")
             run(build_cmd, e, what=f"{name}: build")
+            built = time.monotonic()
             out = run([mpirun] + mpirun_args + ["-n", "2", exe], e, what=f"{name}: run on 2 ranks")
             line = next((l for l in out.splitlines() if l.startswith("consumer:")), "")
             if not line.endswith("ok"):
                 print(f"FAIL {name}: {out[-2000:]}")
                 return False
-            print(f"ok   {name}: {line}")
+            print(f"ok   {name}: {line} (configured and built in {built - start:.1f} s, ran in {time.monotonic() - built:.1f} s)")
             return True
 
         def project(name, files):

@@ -29,6 +29,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_bad_input {
+
 using namespace shardex;
 using shardex::test::world;
 
@@ -541,3 +545,5 @@ TEST_CASE("the factories agree across ranks: lengths wrong on one rank, or shape
   auto ok = Tensor<float, Replicated>::ones(comm, g);
   CHECK(ok.size() == 2 * n);
 }
+
+}  // namespace shardex_test_bad_input

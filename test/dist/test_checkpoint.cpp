@@ -36,6 +36,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_checkpoint {
+
 using namespace shardex;
 
 namespace {
@@ -400,3 +404,5 @@ TEST_CASE("stored as BF16, F16, F32 or F64: the nearest stored value, loaded exa
   CHECK(test::all_ranks(loads_stored<float, Sharded<1>>(path_of("stored_mesh.safetensors"), "m", "BF16", false,
                                                         test::random_lengths(rng, n, 5))));
 }
+
+}  // namespace shardex_test_checkpoint

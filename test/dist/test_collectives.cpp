@@ -35,6 +35,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_collectives {
+
 using namespace shardex;
 
 namespace {
@@ -741,3 +745,5 @@ TEST_CASE("a strategy an operation does not have is refused on every rank, namin
   check_part(
       eager::all_gather(x), {Shape{sum_of(ls), 3}, -1, {}}, [](Index) { return 1.0; }, "all_gather after the refusals");
 }
+
+}  // namespace shardex_test_collectives

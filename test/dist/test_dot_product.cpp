@@ -34,6 +34,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_dot_product {
+
 using namespace shardex;
 
 namespace {
@@ -393,3 +397,5 @@ TEST_CASE("static lengths at the matching world size, and a 4-d tensor") {
       dot_test<Sharded<3>, Sharded<1>>(g, mapping_of<Sharded<3>>(ls), mapping_of<Sharded<1>>(l2), s, rng(), "4-d");
   }
 }
+
+}  // namespace shardex_test_dot_product

@@ -44,6 +44,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_dsl_grad {
+
 using namespace shardex;
 
 namespace {
@@ -936,3 +940,5 @@ TEST_CASE("gradients accumulate across backward passes through a DSL expression;
 }
 
 }  // namespace
+
+}  // namespace shardex_test_dsl_grad

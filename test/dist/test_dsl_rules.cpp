@@ -38,6 +38,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_dsl_rules {
+
 using namespace shardex;
 using shardex::test::world;
 using Lens = std::vector<std::int64_t>;
@@ -801,3 +805,5 @@ TEST_CASE("run-time shape errors are invalid_argument on every rank, naming the 
     CHECK_THROWS_NAMING((void)eval(sum<2>(xs)), "shardex::sum<2>", "(2, 3)");
   }
 }
+
+}  // namespace shardex_test_dsl_rules

@@ -23,6 +23,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_explain {
+
 using namespace shardex;
 using shardex::test::world;
 
@@ -606,3 +610,5 @@ TEST_CASE("explain lists the backward transitions: the adjoint entries, in the o
   const Plan c = explain(all_gather(reduce_scatter<Sharded<0>>(make<double, Partial>(), lens_b(n))));
   CHECK(c.backward_collective_names() == "all_reduce");
 }
+
+}  // namespace shardex_test_explain

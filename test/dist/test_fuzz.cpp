@@ -24,6 +24,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_fuzz {
+
 using namespace shardex;
 
 namespace {
@@ -294,3 +298,5 @@ TEST_CASE("fuzz: the checker reports a perturbed expected value (a self-test)") 
   CHECK(f.perturbed_checks > 300);  // forward and gradient checks both perturbed
   CHECK(f.failures == 0);
 }
+
+}  // namespace shardex_test_fuzz

@@ -28,6 +28,10 @@
 #include "support/dist.hpp"
 #include "support/smooth_tensor.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_grad_norm {
+
 using namespace shardex;
 
 namespace {
@@ -195,3 +199,5 @@ TEST_CASE(
     CHECK(test::all_ranks(std::abs(grad_norm(W, b) - expected / 2) <= 1e-6 * expected));
   }
 }
+
+}  // namespace shardex_test_grad_norm

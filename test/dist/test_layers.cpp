@@ -21,6 +21,10 @@
 #include "support/dist.hpp"
 #include "support/smooth_tensor.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_layers {
+
 using namespace shardex;
 
 namespace {
@@ -720,3 +724,5 @@ TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp)
     CHECK(bad == 0);
   }
 }
+
+}  // namespace shardex_test_layers

@@ -32,6 +32,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_mesh {
+
 using namespace shardex;
 
 namespace {
@@ -640,3 +644,5 @@ TEST_CASE(
     }
   }
 }
+
+}  // namespace shardex_test_mesh

@@ -25,6 +25,10 @@
 #include "support/dist.hpp"
 #include "support/smooth_tensor.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_optimizer {
+
 using namespace shardex;
 
 namespace {
@@ -192,3 +196,5 @@ TEST_CASE("Adam refuses bad hyper-parameters, naming them") {
   Adam adam(AdamOptions{}, w);
   CHECK_THROWS_WITH_AS(adam.set_lr(INFINITY), doctest::Contains("set_lr"), invalid_argument);
 }
+
+}  // namespace shardex_test_optimizer

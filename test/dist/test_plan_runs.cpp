@@ -22,6 +22,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_plan_runs {
+
 using namespace shardex;
 
 namespace {
@@ -232,3 +236,5 @@ TEST_CASE("the recorder sees the backend's calls, and only while it lives") {
   CHECK(!outer.calls().empty());
   CHECK(std::string_view(outer.calls().back().primitive) == "all_reduce");
 }
+
+}  // namespace shardex_test_plan_runs

@@ -20,6 +20,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_reference {
+
 using namespace shardex;
 using shardex::test::world;
 
@@ -308,3 +312,5 @@ TEST_CASE_TEMPLATE("reference: replicate of an Invariant parameter", C, SHARDEX_
   // expecting: losses are the same, grads are 1 (the backward all-reduces four contributions of 1/4)
   check_case(p, forward, 6.25, ones_everywhere);
 }
+
+}  // namespace shardex_test_reference

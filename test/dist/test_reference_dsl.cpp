@@ -20,6 +20,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_reference_dsl {
+
 using namespace shardex;
 using shardex::test::world;
 
@@ -165,3 +169,5 @@ TEST_CASE("reference (DSL): replicate of an Invariant parameter") {
   static_assert(is_layout<decltype(p.grad()), Invariant>);
   CHECK(mismatches(p.grad(), ones) == 0);
 }
+
+}  // namespace shardex_test_reference_dsl

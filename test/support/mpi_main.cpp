@@ -4,12 +4,15 @@
 // line prefixed with its rank) and one summary combining all ranks. The exit
 // code is non-zero if any rank failed. Tests that skip (no GPU) exit 77 on
 // every rank, which mpirun passes through to Meson as SKIP. Without MPI the
-// same runner runs the one rank of the one-rank world.
+// same runner runs the one rank of the one-rank world. A program may hold
+// several test files (test/meson.build): --test-file=NAME runs that file's
+// cases, and fails when the program has none of that file.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <iostream>
 #include <sstream>
+#include <string>
 
 #include "shardex/backend/mpi/print.hpp"
 #include "shardex/backend/mpi/environment.hpp"
@@ -19,13 +22,41 @@ namespace {
 
 doctest::TestRunStats g_stats;
 
+// A program holds several test files (test/meson.build groups them); a test
+// runs one file's cases, named by --test-file=NAME (its base name). Empty: all.
+std::string g_test_file;
+std::int64_t g_file_cases = 0;  // the test cases registered in that file, run or not
+
+bool in_test_file(const doctest::TestCaseData& tc) {
+  if (g_test_file.empty()) return true;
+  const std::string file = tc.m_file.c_str();
+  const std::string::size_type n = g_test_file.size();
+  return file == g_test_file ||
+         (file.size() > n && file.compare(file.size() - n, n, g_test_file) == 0 && file[file.size() - n - 1] == '/');
+}
+
+/// Takes --test-file=NAME out of argv (doctest does not know it); returns NAME.
+std::string take_test_file(int& argc, char** argv) {
+  const std::string flag = "--test-file=";
+  std::string name;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]).rfind(flag, 0) == 0)
+      name = argv[i] + flag.size();
+    else
+      argv[kept++] = argv[i];
+  }
+  argc = kept;
+  return name;
+}
+
 /// Records the run's counts, which the console reporter only prints.
 struct StatsListener : doctest::IReporter {
   explicit StatsListener(const doctest::ContextOptions&) {}
   void report_query(const doctest::QueryData&) override {}
   void test_run_start() override {}
   void test_run_end(const doctest::TestRunStats& s) override { g_stats = s; }
-  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_start(const doctest::TestCaseData& tc) override { g_file_cases += in_test_file(tc) ? 1 : 0; }
   void test_case_reenter(const doctest::TestCaseData&) override {}
   void test_case_end(const doctest::CurrentTestCaseStats&) override {}
   void test_case_exception(const doctest::TestCaseException&) override {}
@@ -33,7 +64,7 @@ struct StatsListener : doctest::IReporter {
   void subcase_end() override {}
   void log_assert(const doctest::AssertData&) override {}
   void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
+  void test_case_skipped(const doctest::TestCaseData& tc) override { g_file_cases += in_test_file(tc) ? 1 : 0; }
 };
 
 }  // namespace
@@ -56,8 +87,10 @@ int main(int argc, char** argv) {
     return 77;  // Meson's skip code; mpirun passes it on when every rank returns it
   }
 
+  g_test_file = take_test_file(argc, argv);
   doctest::Context ctx;
   ctx.setOption("no-colors", true);  // the report is captured and re-printed, not a terminal
+  if (!g_test_file.empty()) ctx.addFilter("source-file", ("*" + g_test_file).c_str());
   ctx.applyCommandLine(argc, argv);
   std::ostringstream report;
   ctx.setCout(&report);
@@ -71,6 +104,11 @@ int main(int argc, char** argv) {
   if (ctx.shouldExit()) {  // --help, --list-test-cases ...
     if (rank == 0) std::cout << report.str();
     return rc;
+  }
+  if (g_file_cases == 0 && !g_test_file.empty()) {  // a misspelt or missing file must not pass as "0 cases"
+    if (rank == 0)
+      std::cout << "[shardex] --test-file=" << g_test_file << ": no test case of that file in " << argv[0] << std::endl;
+    return 1;
   }
 
   // Every line of a failing rank's report, prefixed with its rank.
@@ -93,7 +131,7 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     // Cases skipped at this world size (doctest::skip, support/dist.hpp's
     // launched_ranks) or left out by a filter are said, not counted as passed.
-    const std::int64_t not_run = static_cast<std::int64_t>(g_stats.numTestCases) - g_stats.numTestCasesPassingFilters;
+    const std::int64_t not_run = g_file_cases - g_stats.numTestCasesPassingFilters;
     std::cout << "[shardex] " << size << (size == 1 ? " rank" : " ranks") << ": test cases " << totals[0] / size
               << " per rank" << (not_run > 0 ? " (" + std::to_string(not_run) + " skipped)" : std::string()) << ", "
               << totals[1] << " failed over all ranks; assertions " << totals[2] << " (" << totals[3] << " failed)";

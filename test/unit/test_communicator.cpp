@@ -14,6 +14,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_communicator {
+
 using namespace shardex;
 using shardex::test::world;
 
@@ -296,3 +300,5 @@ TEST_CASE("calls under a short deadline that return in time are not ended, neste
   c.barrier();
   CHECK(c.timeout() == std::chrono::milliseconds(300));
 }
+
+}  // namespace shardex_test_communicator

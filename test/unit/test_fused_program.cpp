@@ -11,6 +11,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_fused_program {
+
 using namespace shardex;
 
 namespace {
@@ -85,3 +89,5 @@ TEST_CASE("a FusedProgram has room for 32 operations and 16 operands") {
   tree.emit(p);
   CHECK(p.value_at(2) == 16.0);
 }
+
+}  // namespace shardex_test_fused_program

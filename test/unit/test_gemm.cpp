@@ -23,6 +23,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_gemm {
+
 using namespace shardex;
 using shardex::test::world;
 
@@ -237,3 +241,5 @@ TEST_CASE("the measurement is cached: rank 0 reads it, every rank takes it; a da
     unsetenv("SHARDEX_GEMM_CACHE");
   w.barrier();
 }
+
+}  // namespace shardex_test_gemm

@@ -5,6 +5,10 @@
 
 #include <shardex.hpp>
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_layout {
+
 using namespace shardex;
 
 // ---- static lengths: facts are constant expressions ---------------------------
@@ -137,3 +141,5 @@ TEST_CASE("the cost model picks v collectives on MPI, and without them an equal-
   CHECK_THROWS_AS(resolve_strategy(Strategy::v_collective, CollectiveOp::all_gather, uneven, 4, false),
                   invalid_argument);
 }
+
+}  // namespace shardex_test_layout

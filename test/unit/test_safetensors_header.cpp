@@ -18,6 +18,10 @@
 #include <shardex/core/error.hpp>
 #include <shardex/io/safetensors_header.hpp>
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_safetensors_header {
+
 using namespace shardex;
 
 namespace {
@@ -240,3 +244,5 @@ TEST_CASE("make_header refuses what a reader would refuse") {
         "safetensors header: the tensor name \"__metadata__\" is reserved");
   CHECK(refused({{"a", "F33", {1}, 0, 0}}) == "safetensors header: tensor \"a\" has an unknown dtype");
 }
+
+}  // namespace shardex_test_safetensors_header

@@ -25,6 +25,10 @@
 #include <shardex/core/error.hpp>
 #include <shardex/io/stored_dtype.hpp>
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_stored_dtype {
+
 using namespace shardex;
 
 namespace {
@@ -193,3 +197,5 @@ TEST_CASE("decode and encode buffers of every float dtype; which dtypes load int
   CHECK(std::string(io::stored_dtype(StoredAs::native, "F32")) == "F32");
   CHECK(std::string(io::stored_dtype(StoredAs::bf16, "F64")) == "BF16");
 }
+
+}  // namespace shardex_test_stored_dtype

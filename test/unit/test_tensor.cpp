@@ -18,6 +18,10 @@
 
 #include "support/dist.hpp"
 
+// The file's own namespace: test/meson.build compiles several test files as one
+// translation unit (a unity build), where their helpers must not meet.
+namespace shardex_test_tensor {
+
 using namespace shardex;
 using shardex::test::world;
 
@@ -584,3 +588,5 @@ TEST_CASE_TEMPLATE("a tensor used twice accumulates both contributions", T, floa
     CHECK(count_not_equal(x.grad(), T(4)) == 0);
   }
 }
+
+}  // namespace shardex_test_tensor
