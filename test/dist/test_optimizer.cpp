@@ -168,17 +168,17 @@ TEST_CASE("WarmupCosine: linear warm-up to the peak, half a cosine down to the f
   const WarmupCosine s{.peak = 1.0, .floor = 0.1, .warmup = 4, .total = 14};
   CHECK(s(0) == doctest::Approx(0.25));
   CHECK(s(3) == doctest::Approx(1.0));
-  CHECK(s(4) == doctest::Approx(1.0));                 // the decay starts at the peak
-  CHECK(s(9) == doctest::Approx(0.55));                // halfway: floor + (peak - floor) / 2
-  CHECK(s(14) == doctest::Approx(0.1));                // the floor at total
-  CHECK(s(1000) == doctest::Approx(0.1));              // and after
-  CHECK(s(6) > s(7));                                  // falling
+  CHECK(s(4) == doctest::Approx(1.0));     // the decay starts at the peak
+  CHECK(s(9) == doctest::Approx(0.55));    // halfway: floor + (peak - floor) / 2
+  CHECK(s(14) == doctest::Approx(0.1));    // the floor at total
+  CHECK(s(1000) == doctest::Approx(0.1));  // and after
+  CHECK(s(6) > s(7));                      // falling
   CHECK(WarmupCosine{.peak = 2, .warmup = 0, .total = 1}(0) == doctest::Approx(2.0));  // no warm-up
   CHECK_THROWS_WITH_AS(static_cast<void>(s(-1)), doctest::Contains("needs step >= 0"), invalid_argument);
-  CHECK_THROWS_WITH_AS(static_cast<void>(WarmupCosine{.peak = 1, .warmup = 5, .total = 4}(0)), doctest::Contains("warmup <= total"),
-                       invalid_argument);
-  CHECK_THROWS_WITH_AS(static_cast<void>(WarmupCosine{.peak = 0.1, .floor = 0.2, .total = 4}(0)), doctest::Contains("floor <= peak"),
-                       invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(WarmupCosine{.peak = 1, .warmup = 5, .total = 4}(0)),
+                       doctest::Contains("warmup <= total"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(WarmupCosine{.peak = 0.1, .floor = 0.2, .total = 4}(0)),
+                       doctest::Contains("floor <= peak"), invalid_argument);
 }
 
 TEST_CASE("Adam refuses bad hyper-parameters, naming them") {
