@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   g_test_file = take_test_file(argc, argv);
   doctest::Context ctx;
   ctx.setOption("no-colors", true);  // the report is captured and re-printed, not a terminal
-  if (!g_test_file.empty()) ctx.addFilter("source-file", ("*" + g_test_file).c_str());
+  if (!g_test_file.empty()) ctx.addFilter("source-file", ("*/" + g_test_file).c_str());  // as in_test_file
   ctx.applyCommandLine(argc, argv);
   std::ostringstream report;
   ctx.setCout(&report);
