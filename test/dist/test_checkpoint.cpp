@@ -363,7 +363,9 @@ TEST_CASE("stored as BF16, F16, F32 or F64: the nearest stored value, loaded exa
                                                      {"f_f16", "F16"},
                                                      {"f_f64", "F64"}});
   // Every tensor into double, every one but the F64 ones into float, in other layouts and lengths.
-  for (const auto& [name, dtype] : dtypes) {
+  for (const auto& entry : dtypes) {
+    const std::string& name = entry.first;  // (not a structured binding: CAPTURE's lambda takes it)
+    const std::string& dtype = entry.second;
     CAPTURE(name);
     const bool from_float = name[0] == 'f';
     CHECK(test::all_ranks(

@@ -275,11 +275,9 @@ TEST_CASE("fuzz: random transitions keep the logical value recomputed with raw M
     if (i == warm_up) rss_after_warm_up = resident_kib();
     f.one();
   }
-#ifdef __SANITIZE_ADDRESS__
   // ASan keeps freed memory in quarantine, so the resident set grows anyway;
   // its leak checker reports at exit what this check would.
-  rss_after_warm_up = -1;
-#endif
+  if (test::sanitized) rss_after_warm_up = -1;
   const std::int64_t growth = rss_after_warm_up < 0 ? 0 : resident_kib() - rss_after_warm_up;
   CHECK_MESSAGE(growth < 2048, "the resident set grew by " << growth << " KiB over " << n - warm_up << " cases");
   MESSAGE(f.cases << " transitions (" << f.backward_cases << " also backward), " << f.checked_elements

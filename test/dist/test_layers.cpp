@@ -649,7 +649,9 @@ TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp)
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(-2, 2);
   const auto near = [tol](T a, T b) { return std::abs(double(a) - double(b)) <= tol * (1 + std::abs(double(b))); };
-  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{5, 7}, {3, 1}, {4, 0}, {0, 6}, {9, 64}}) {
+  for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{5, 7}, {3, 1}, {4, 0}, {0, 6}, {9, 64}}) {
+    const std::int64_t rows = shape.first,
+                       cols = shape.second;  // (not a structured binding: CAPTURE's lambda takes them)
     CAPTURE(rows);
     CAPTURE(cols);
     std::vector<T> x(static_cast<std::size_t>(rows * cols)), g(x.size()), w(static_cast<std::size_t>(cols)),

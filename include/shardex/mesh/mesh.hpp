@@ -39,8 +39,9 @@ namespace detail {
 
 template <class A, class... As>
 constexpr std::size_t index_of_axis() {
+  constexpr std::array<bool, sizeof...(As)> same{std::same_as<A, As>...};
   std::size_t i = 0;
-  ((std::same_as<A, As> ? false : (++i, true)) && ...);
+  while (i < same.size() && !same[i]) ++i;
   return i;
 }
 

@@ -150,7 +150,7 @@ auto evaluate(const CrossEntropy<Logits, Targets>& e) {
   detail::agree(logits.comm(), err, sig, call);
 
   const std::int64_t rows = logits.local_shape()[0], cols = logits.local_shape()[1];
-  const std::int64_t first = vocab_parallel ? logits.global_offset() : 0;
+  std::int64_t first = vocab_parallel ? logits.global_offset() : 0;  // (not const: see nn/embedding.hpp)
   trace::Span span(vocab_parallel ? "collective" : "local", "cross_entropy");
   // The row maxima, then per row the sum of exp(x - max) and the target's logit.
   auto max = Dev::template allocate<T>(rows);

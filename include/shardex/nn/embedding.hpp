@@ -199,7 +199,9 @@ auto evaluate(const Embedding<Ids, Table>& e) {
   detail::agree(table.comm(), err, sig, call);
 
   const std::int64_t tokens = ids.local_shape()[0], width = table.local_shape()[1];
-  const std::int64_t rows = table.local_shape()[0], first = rule::vocab_parallel ? table.global_offset() : 0;
+  // (first not const: where it is the constant 0, clang would call its capture below unneeded)
+  const std::int64_t rows = table.local_shape()[0];
+  std::int64_t first = rule::vocab_parallel ? table.global_offset() : 0;
   auto out = Tensor<T, L, Dev>::empty(table.comm(), e.shape(), e.mapping());  // written whole
   Dev::embedding(table.data(), ids.data(), out.data(), tokens, width, first, rows);
   if (table.node()) {

@@ -123,7 +123,7 @@ auto evaluate(const Norm<X, W, Rms>& e) {
   auto out = Tensor<T, L, Dev>::empty(x.comm(), x.shape(), x.mapping());  // written whole
   Dev::norm_forward(x.data(), w.data(), Rms ? static_cast<const T*>(nullptr) : b.data(), out.data(), mean.get(),
                     rstd.get(), rows, cols, static_cast<T>(e.eps()), Rms);
-  const bool bias_grad = !Rms && b.node();
+  bool bias_grad = !Rms && b.node();  // (not const: for rms_norm, clang would call its capture below unneeded)
   if (x.node() || w.node() || bias_grad) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;
     autodiff::add_input(inputs, x.node());
