@@ -8,6 +8,16 @@ The compile command is the one Meson wrote for SOURCE into compile_commands.json
 so the cases see exactly the flags of the real build. A case passes when the
 compiler exits non-zero, its output contains the `// expect:` text, and that
 text comes from a static_assert (not from some unrelated error).
+
+All cases first go through one compiler run: a translation unit that includes
+SOURCE once per case, each time in a namespace of its own with SHARDEX_FAIL_CASE
+set to that case (47 cases: 8 s, against 160 s of CPU one by one). A case
+passes there when a `static assertion failed` with its text is reported with the
+case's own lines of SOURCE in its instantiation context ("required from here").
+The compiler reports a template's failure once, so of two cases that instantiate
+the same one only the first is settled: the cases left go through another such
+run, until a run settles none; those still left are compiled alone, as above
+(SHARDEX_FAIL_ALONE=1 compiles every case alone, to compare).
 """
 import json, os, re, shlex, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
@@ -63,10 +73,58 @@ for m in re.finditer(r"#(?:el)?if SHARDEX_FAIL_CASE == (\d+)\n\s*// expect: (.*)
 if len(cases) < min_cases:
     sys.exit(f"run_cases.py: found only {len(cases)} cases in {source}")
 
-pch = precompile(text)
-syntax_only = cmd + pch + ["-fsyntax-only"]
+# The lines of SOURCE (1-based, inclusive) that belong to each case: from its
+# #if/#elif line to the line before the next #elif, #else or #endif.
+case_lines = {}
+lines = text.splitlines()
+for i, l in enumerate(lines):
+    m = re.match(r"#(?:el)?if SHARDEX_FAIL_CASE == (\d+)$", l)
+    if m:
+        end = i + 1
+        while end < len(lines) and not re.match(r"#(elif|else|endif)\b", lines[end]):
+            end += 1
+        case_lines[int(m.group(1))] = (i + 1, end)
 
-def run(case):
+
+def case_at(line):
+    return next((n for n, (first, last) in case_lines.items() if first <= line <= last), None)
+
+
+def settled_together(cases):
+    """The cases that one compiler run of them all shows failing with their message."""
+    includes = [l for l in lines if l.startswith("#include ")]
+    unit = os.path.join(os.path.realpath(build), "fail_cases_all", os.path.basename(source))
+    os.makedirs(os.path.dirname(unit), exist_ok=True)
+    with open(unit, "w") as f:
+        f.write("// Every case of " + source + ", each in a namespace of its own (run_cases.py).\n")
+        f.write("\n".join(includes) + "\n")
+        for n, _ in cases:
+            f.write(f"#define SHARDEX_FAIL_CASE {n}\nnamespace shardex_fail_case_{n} {{\n#include \"{source}\"\n}}\n"
+                    "#undef SHARDEX_FAIL_CASE\n")
+    p = subprocess.run(cmd + ["-fsyntax-only", "-fmax-errors=0", unit], cwd=entry["directory"], capture_output=True,
+                       text=True)
+    if p.returncode == 0:
+        return set()  # none failed: each alone says which compiled
+    # A diagnostic's context starts over at "In file included from" or "FILE: In instantiation
+    # of / In function ..."; a location in SOURCE (a "required from here" or the error's own)
+    # names the case it belongs to; a static assertion after it is that case's. (Some are
+    # instantiated from a default argument, with no location in SOURCE: of a run of one
+    # case, every diagnostic is that case's.)
+    only = cases[0][0] if len(cases) == 1 else None
+    found, current = {}, only
+    here = re.compile(re.escape(source) + r":(\d+):\d+:")
+    for l in (p.stdout + p.stderr).splitlines():
+        if l.startswith("In file included from") or re.match(r"\S.*: In (instantiation|function|member|static|lambda|substitution|constructor|destructor)", l):
+            current = only
+        m = here.match(l)
+        if m:
+            current = case_at(int(m.group(1)))
+        if current is not None and "error: static assertion failed: " in l:
+            found.setdefault(current, []).append(l.split("error: static assertion failed: ", 1)[1])
+    return {n for n, expect in cases if any(expect in message for message in found.get(n, []))}
+
+
+def run(case, syntax_only):
     n, expect = case
     p = subprocess.run(syntax_only + [f"-DSHARDEX_FAIL_CASE={n}"], cwd=entry["directory"], capture_output=True,
                        text=True)
@@ -79,13 +137,28 @@ def run(case):
         return n, expect, "message found, but not from a static_assert"
     return n, expect, None
 
+
+results, alone, runs = {}, cases, 0
+while alone and os.environ.get("SHARDEX_FAIL_ALONE") != "1":
+    settled = settled_together(alone)
+    runs += 1
+    results.update({n: (expect, None, f"run {runs}") for n, expect in alone if n in settled})
+    alone = [c for c in alone if c[0] not in settled]
+    if not settled:
+        break
+if alone:
+    syntax_only = cmd + precompile(text) + ["-fsyntax-only"]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for n, expect, err in pool.map(lambda c: run(c, syntax_only), alone):
+            results[n] = (expect, err, "alone")
 failed = 0
-with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-    for n, expect, err in pool.map(run, cases):
-        status = "ok" if err is None else "FAIL"
-        print(f"case {n:2d} {status}: {expect}")
-        if err:
-            failed += 1
-            print("    " + err.replace("\n", "\n    "))
-print(f"{len(cases) - failed} of {len(cases)} compile-fail cases fail as they must")
+for n, _ in cases:
+    expect, err, how = results[n]
+    status = "ok" if err is None else "FAIL"
+    print(f"case {n:2d} {status} ({how}): {expect}")
+    if err:
+        failed += 1
+        print("    " + err.replace("\n", "\n    "))
+print(f"{len(cases) - failed} of {len(cases)} compile-fail cases fail as they must "
+      f"({len(cases) - len(alone)} settled in {runs} compiler run(s) of all the cases left, {len(alone)} compiled alone)")
 sys.exit(1 if failed else 0)
