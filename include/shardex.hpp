@@ -44,6 +44,7 @@
 #include "shardex/nn/embedding.hpp"              // IWYU pragma: export
 #include "shardex/nn/heads.hpp"                  // IWYU pragma: export
 #include "shardex/nn/norm.hpp"                   // IWYU pragma: export
+#include "shardex/tensor/eigen_array.hpp"        // IWYU pragma: export
 #include "shardex/tensor/format.hpp"             // IWYU pragma: export
 #include "shardex/tensor/tensor.hpp"             // IWYU pragma: export
 #include "shardex/tensor/transfer.hpp"           // IWYU pragma: export

@@ -24,6 +24,7 @@
 
 #include "shardex/config.hpp"
 #include "shardex/core/error.hpp"
+#include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
 
 #if SHARDEX_WITH_BLAS

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
 
 namespace shardex {

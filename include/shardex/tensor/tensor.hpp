@@ -32,7 +32,6 @@
 #include "shardex/core/error.hpp"
 #include "shardex/core/shape.hpp"
 #include "shardex/core/trace.hpp"
-#include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
 #include "shardex/layout/layouts.hpp"
 #include "shardex/layout/mapping.hpp"
@@ -352,10 +351,11 @@ public:
     return data_[off];
   }
 
-  /// The local elements as a flat Eigen array (host only).
-  [[nodiscard]] host::ArrayMap<T> array() const requires std::same_as<Device, Host> {
-    return host::ArrayMap<T>(data_, static_cast<Eigen::Index>(size()));
-  }
+  /// The local elements as a flat Eigen array (host only): an
+  /// `Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>`, defined in
+  /// <shardex/tensor/eigen_array.hpp> (which <shardex.hpp> includes), so that
+  /// only a translation unit that asks for Eigen parses it.
+  [[nodiscard]] auto array() const requires std::same_as<Device, Host>;
 
   /// A deep copy (owning), same layout and communicator.
   [[nodiscard]] Tensor clone() const {

@@ -17,7 +17,6 @@
 #include "shardex/backend/mpi/communicator.hpp"
 #include "shardex/core/counters.hpp"
 #include "shardex/device/device.hpp"
-#include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/gemm_kernels.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 #include "shardex/device/host/threads.hpp"
@@ -82,7 +81,8 @@ struct Host {
     for (std::int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
   }
 
-  /// The sum of n elements (pairwise through Eigen's reduction).
+  /// The sum of n elements (pairwise through Eigen's reduction; float and
+  /// double, compiled into the library: src/instances.cpp).
   template <class T>
   static T sum(const T* x, std::int64_t n);
 
@@ -202,15 +202,12 @@ struct Host {
 static_assert(Device<Host>);
 static_assert(CollectiveBackend<mpi::Communicator>);
 
-template <class T>
-T Host::sum(const T* x, std::int64_t n) {
-  return n == 0 ? T(0) : host::ConstArrayMap<T>(x, static_cast<Eigen::Index>(n)).sum();
-}
-
 // Compiled once into the library (src/instances.cpp, src/host_gemm.cpp,
 // src/host_passes.cpp, at the library's optimization: a test program built at
 // -O0 runs them as fast as a user's): the product and reduction kernels are
-// the heaviest code a translation unit would otherwise compile for itself.
+// the heaviest code a translation unit would otherwise compile for itself, and
+// Eigen, which they use, is then parsed only where a user asks for it
+// (Tensor::array, tensor/eigen_array.hpp).
 extern template void Host::gemm<float>(const GemmShape&, float, const float*, const float*, float, float*);
 extern template void Host::gemm<double>(const GemmShape&, double, const double*, const double*, double, double*);
 extern template const char* Host::gemm_kernel<float>(const GemmShape&);
