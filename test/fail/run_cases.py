@@ -11,7 +11,7 @@ text comes from a static_assert (not from some unrelated error).
 
 All cases first go through one compiler run: a translation unit that includes
 SOURCE once per case, each time in a namespace of its own with SHARDEX_FAIL_CASE
-set to that case (47 cases: 8 s, against 160 s of CPU one by one). A case
+set to that case (47 cases: one run of 8 s, against 160 s of CPU one by one). A case
 passes there when a `static assertion failed` with its text is reported with the
 case's own lines of SOURCE in its instantiation context ("required from here").
 The compiler reports a template's failure once, so of two cases that instantiate
@@ -46,8 +46,8 @@ cmd = [a for a in cmd if a != "-fdiagnostics-color=always"] + ["-fdiagnostics-co
 if os.path.basename(cmd[0]) == "ccache":  # nothing to cache: the cases only parse
     cmd = cmd[1:]
 
-# The cases share the file's #include lines: parse them once, into a
-# precompiled header that every case then starts from (-include). If g++
+# The cases compiled alone share the file's #include lines: parse them once, into
+# a precompiled header that each of them then starts from (-include). If g++
 # cannot use it (-Winvalid-pch, an error under -Werror) the cases say so.
 def precompile(text):
     includes = [l for l in text.splitlines() if l.startswith("#include ")]
@@ -101,8 +101,9 @@ def settled_together(cases):
         for n, _ in cases:
             f.write(f"#define SHARDEX_FAIL_CASE {n}\nnamespace shardex_fail_case_{n} {{\n#include \"{source}\"\n}}\n"
                     "#undef SHARDEX_FAIL_CASE\n")
-    p = subprocess.run(cmd + ["-fsyntax-only", "-fmax-errors=0", unit], cwd=entry["directory"], capture_output=True,
-                       text=True)
+    others = [a for a in cmd if os.path.realpath(os.path.join(entry["directory"], a)) != source]  # SOURCE is in unit
+    p = subprocess.run(others + ["-fsyntax-only", "-fmax-errors=0", unit], cwd=entry["directory"],
+                       capture_output=True, text=True)
     if p.returncode == 0:
         return set()  # none failed: each alone says which compiled
     # A diagnostic's context starts over at "In file included from" or "FILE: In instantiation
@@ -114,7 +115,7 @@ def settled_together(cases):
     found, current = {}, only
     here = re.compile(re.escape(source) + r":(\d+):\d+:")
     for l in (p.stdout + p.stderr).splitlines():
-        if l.startswith("In file included from") or re.match(r"\S.*: In (instantiation|function|member|static|lambda|substitution|constructor|destructor)", l):
+        if l.startswith("In file included from") or re.match(r"\S.*: In ", l):
             current = only
         m = here.match(l)
         if m:
