@@ -45,12 +45,16 @@ for a in base:
 cmd = [a for a in cmd if a != "-fdiagnostics-color=always"] + ["-fdiagnostics-color=never"]
 if os.path.basename(cmd[0]) == "ccache":  # nothing to cache: the cases only parse
     cmd = cmd[1:]
+# The same command without SOURCE, for a unit that includes it (or a precompiled header).
+cmd_without_source = [a for a in cmd if os.path.realpath(os.path.join(entry["directory"], a)) != source]
+text = open(source).read()
+lines = text.splitlines()
+includes = [l for l in lines if l.startswith("#include ")]
 
 # The cases compiled alone share the file's #include lines: parse them once, into
 # a precompiled header that each of them then starts from (-include). If g++
 # cannot use it (-Winvalid-pch, an error under -Werror) the cases say so.
-def precompile(text):
-    includes = [l for l in text.splitlines() if l.startswith("#include ")]
+def precompile():
     if not includes or not any(c in os.path.basename(cmd[0]) for c in ("g++", "c++")):
         return []  # the precompiled header below is g++'s
     stem = os.path.join(os.path.realpath(build), "fail_cases_pch", os.path.basename(source) + ".hpp")
@@ -58,8 +62,7 @@ def precompile(text):
     with open(stem, "w") as f:
         f.write("// The #include lines of " + source + ", precompiled by run_cases.py.\n")
         f.write("\n".join(includes) + "\n")
-    src = [a for a in cmd if os.path.realpath(os.path.join(entry["directory"], a)) != source]
-    p = subprocess.run(src + ["-x", "c++-header", stem, "-o", stem + ".gch"], cwd=entry["directory"],
+    p = subprocess.run(cmd_without_source + ["-x", "c++-header", stem, "-o", stem + ".gch"], cwd=entry["directory"],
                        capture_output=True, text=True)
     if p.returncode != 0:
         print("run_cases.py: the precompiled header failed; compiling every case from scratch:\n" + p.stderr[:2000])
@@ -67,7 +70,6 @@ def precompile(text):
     return ["-include", stem, "-Winvalid-pch"]
 
 cases = []
-text = open(source).read()
 for m in re.finditer(r"#(?:el)?if SHARDEX_FAIL_CASE == (\d+)\n\s*// expect: (.*)\n", text):
     cases.append((int(m.group(1)), m.group(2).strip()))
 if len(cases) < min_cases:
@@ -76,7 +78,6 @@ if len(cases) < min_cases:
 # The lines of SOURCE (1-based, inclusive) that belong to each case: from its
 # #if/#elif line to the line before the next #elif, #else or #endif.
 case_lines = {}
-lines = text.splitlines()
 for i, l in enumerate(lines):
     m = re.match(r"#(?:el)?if SHARDEX_FAIL_CASE == (\d+)$", l)
     if m:
@@ -92,7 +93,6 @@ def case_at(line):
 
 def settled_together(cases):
     """The cases that one compiler run of them all shows failing with their message."""
-    includes = [l for l in lines if l.startswith("#include ")]
     unit = os.path.join(os.path.realpath(build), "fail_cases_all", os.path.basename(source))
     os.makedirs(os.path.dirname(unit), exist_ok=True)
     with open(unit, "w") as f:
@@ -101,8 +101,7 @@ def settled_together(cases):
         for n, _ in cases:
             f.write(f"#define SHARDEX_FAIL_CASE {n}\nnamespace shardex_fail_case_{n} {{\n#include \"{source}\"\n}}\n"
                     "#undef SHARDEX_FAIL_CASE\n")
-    others = [a for a in cmd if os.path.realpath(os.path.join(entry["directory"], a)) != source]  # SOURCE is in unit
-    p = subprocess.run(others + ["-fsyntax-only", "-fmax-errors=0", unit], cwd=entry["directory"],
+    p = subprocess.run(cmd_without_source + ["-fsyntax-only", "-fmax-errors=0", unit], cwd=entry["directory"],
                        capture_output=True, text=True)
     if p.returncode == 0:
         return set()  # none failed: each alone says which compiled
@@ -148,7 +147,7 @@ while alone and os.environ.get("SHARDEX_FAIL_ALONE") != "1":
     if not settled:
         break
 if alone:
-    syntax_only = cmd + precompile(text) + ["-fsyntax-only"]
+    syntax_only = cmd + precompile() + ["-fsyntax-only"]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for n, expect, err in pool.map(lambda c: run(c, syntax_only), alone):
             results[n] = (expect, err, "alone")
