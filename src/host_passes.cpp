@@ -12,6 +12,14 @@
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
 
+// SHARDEX_SIMD (core/host_device.hpp) for a loop that sums into the named variables.
+#if defined(SHARDEX_OPENMP_SIMD)
+#define SHARDEX_PRAGMA(text) _Pragma(#text)
+#define SHARDEX_SIMD_REDUCE(...) SHARDEX_PRAGMA(omp simd reduction(+ : __VA_ARGS__))
+#else
+#define SHARDEX_SIMD_REDUCE(...)
+#endif
+
 namespace shardex {
 
 namespace {
@@ -118,11 +126,39 @@ void Host::norm_backward_fused(const T* x, const T* w, const T* g, const T* mean
   DW.setZero();
   if (db) host::ArrayMap<T>(db, n).setZero();
   if (cols == 0) return;
+  // Two loops over a row instead of five Eigen passes (two sums, dx, dw, db): the
+  // first sums g*w and g*w*xhat, the second writes dx and adds to dw (and db); the
+  // row stays in L1 between them (bench_layers --op layer_norm, bench/RESULTS.md).
   for (std::int64_t r = 0; r < rows; ++r) {
-    norm_input_row(x, w, g, mean, rstd, dx, r, cols, rms);  // the row is in cache for the two sums below
-    const auto G = host::ConstArrayMap<T>(g + r * cols, n);
-    DW += G * (host::ConstArrayMap<T>(x + r * cols, n) - mean[r]) * rstd[r];
-    if (db) host::ArrayMap<T>(db, n) += G;
+    const T* xr = x + r * cols;
+    const T* gr = g + r * cols;
+    T* dxr = dx + r * cols;
+    const T m = mean[r], s = rstd[r];
+    T sum_gw = T(0), sum_gwx = T(0);
+    SHARDEX_SIMD_REDUCE(sum_gw, sum_gwx)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const T gw = gr[c] * w[c];
+      sum_gw += gw;
+      sum_gwx += gw * (xr[c] - m);
+    }
+    const T a = rms ? T(0) : sum_gw / static_cast<T>(cols);
+    const T b = sum_gwx * s / static_cast<T>(cols);
+    if (db) {
+      SHARDEX_SIMD
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const T xhat = (xr[c] - m) * s;
+        dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
+        dw[c] += gr[c] * xhat;
+        db[c] += gr[c];
+      }
+    } else {
+      SHARDEX_SIMD
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const T xhat = (xr[c] - m) * s;
+        dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
+        dw[c] += gr[c] * xhat;
+      }
+    }
   }
 }
 
