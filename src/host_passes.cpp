@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The host's row and reduction passes (declared in include/shardex/device/host/host.hpp),
-// compiled once here for float and double at the library's optimization: Eigen array
-// expressions, vectorized, whose math is the element and row functions of
-// include/shardex/device/norm_ops.hpp and token_ops.hpp that the Cuda kernels run
-// (test/dist/test_layers.cpp checks the two against each other). Scalar loops there
-// were 10-40x slower (bench/RESULTS.md, "The model layers").
+// compiled once here for float and double at the library's optimization: vectorized
+// (Eigen array expressions, or loops under SHARDEX_SIMD), whose math is the element and
+// row functions of include/shardex/device/norm_ops.hpp and token_ops.hpp that the Cuda
+// kernels run (test/dist/test_layers.cpp checks the two against each other). Scalar
+// loops that walked columns or called libm per element were 10-40x slower
+// (bench/RESULTS.md, "The model layers").
 #include <cmath>
 #include <cstdint>
 #include <limits>
