@@ -24,18 +24,45 @@
 namespace shardex {
 
 namespace {
-// Row r of the norms' input gradient (normalize_row_backward of device/norm_ops.hpp).
+// Row r of the norms' gradients (normalize_row_backward of device/norm_ops.hpp):
+// dx, and when dw is given the row's terms added to dw (and db, when given), in two
+// SIMD loops (the sums of g*w and g*w*(x-m); then the writes) while the row stays
+// in L1; five Eigen passes over the row were slower (bench/RESULTS.md, the norms).
 template <class T>
-void norm_input_row(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, std::int64_t r,
-                    std::int64_t cols, bool rms) {
-  const auto n = static_cast<Eigen::Index>(cols);
-  const auto W = host::ConstArrayMap<T>(w, n);
-  const auto X = host::ConstArrayMap<T>(x + r * cols, n);
-  const auto G = host::ConstArrayMap<T>(g + r * cols, n);
+void norm_backward_row(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                       std::int64_t r, std::int64_t cols, bool rms) {
+  const T* xr = x + r * cols;
+  const T* gr = g + r * cols;
+  T* dxr = dx + r * cols;
   const T m = mean[r], s = rstd[r];
-  const T a = rms ? T(0) : (G * W).sum() / static_cast<T>(cols);
-  const T c = (G * W * (X - m)).sum() * s / static_cast<T>(cols);
-  host::ArrayMap<T>(dx + r * cols, n) = s * (G * W - a - (X - m) * (s * c));
+  T sum_gw = T(0), sum_gwx = T(0);
+  SHARDEX_SIMD_REDUCE(sum_gw, sum_gwx)
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const T gw = gr[c] * w[c];
+    sum_gw += gw;
+    sum_gwx += gw * (xr[c] - m);
+  }
+  const T a = rms ? T(0) : sum_gw / static_cast<T>(cols);
+  const T b = sum_gwx * s / static_cast<T>(cols);
+  if (!dw) {
+    SHARDEX_SIMD
+    for (std::int64_t c = 0; c < cols; ++c) dxr[c] = s * (gr[c] * w[c] - a - (xr[c] - m) * s * b);
+  } else if (!db) {
+    SHARDEX_SIMD
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const T xhat = (xr[c] - m) * s;
+      dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
+      dw[c] += gr[c] * xhat;
+    }
+  } else {
+    SHARDEX_SIMD
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const T xhat = (xr[c] - m) * s;
+      dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
+      dw[c] += gr[c] * xhat;
+      db[c] += gr[c];
+    }
+  }
 }
 
 }  // namespace
@@ -116,7 +143,8 @@ template <class T>
 void Host::norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
                                std::int64_t rows, std::int64_t cols, bool rms) {
   if (cols == 0) return;
-  for (std::int64_t r = 0; r < rows; ++r) norm_input_row(x, w, g, mean, rstd, dx, r, cols, rms);
+  for (std::int64_t r = 0; r < rows; ++r)
+    norm_backward_row(x, w, g, mean, rstd, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr), r, cols, rms);
 }
 
 template <class T>
@@ -127,40 +155,7 @@ void Host::norm_backward_fused(const T* x, const T* w, const T* g, const T* mean
   DW.setZero();
   if (db) host::ArrayMap<T>(db, n).setZero();
   if (cols == 0) return;
-  // Two loops over a row instead of five Eigen passes (two sums, dx, dw, db): the
-  // first sums g*w and g*w*xhat, the second writes dx and adds to dw (and db); the
-  // row stays in L1 between them (bench_layers --op layer_norm, bench/RESULTS.md).
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * cols;
-    const T* gr = g + r * cols;
-    T* dxr = dx + r * cols;
-    const T m = mean[r], s = rstd[r];
-    T sum_gw = T(0), sum_gwx = T(0);
-    SHARDEX_SIMD_REDUCE(sum_gw, sum_gwx)
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const T gw = gr[c] * w[c];
-      sum_gw += gw;
-      sum_gwx += gw * (xr[c] - m);
-    }
-    const T a = rms ? T(0) : sum_gw / static_cast<T>(cols);
-    const T b = sum_gwx * s / static_cast<T>(cols);
-    if (db) {
-      SHARDEX_SIMD
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const T xhat = (xr[c] - m) * s;
-        dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
-        dw[c] += gr[c] * xhat;
-        db[c] += gr[c];
-      }
-    } else {
-      SHARDEX_SIMD
-      for (std::int64_t c = 0; c < cols; ++c) {
-        const T xhat = (xr[c] - m) * s;
-        dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
-        dw[c] += gr[c] * xhat;
-      }
-    }
-  }
+  for (std::int64_t r = 0; r < rows; ++r) norm_backward_row(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
 }
 
 template <class T>
