@@ -1,68 +1,141 @@
 // SPDX-License-Identifier: MIT
 // The host's row and reduction passes (declared in include/shardex/device/host/host.hpp),
 // compiled once here for float and double at the library's optimization: vectorized
-// (Eigen array expressions, or loops under SHARDEX_SIMD), whose math is the element and
+// (Eigen array expressions, loops under SHARDEX_SIMD, or loops over vector registers
+// for the norms), whose math is the element and
 // row functions of include/shardex/device/norm_ops.hpp and token_ops.hpp that the Cuda
 // kernels run (test/dist/test_layers.cpp checks the two against each other). Scalar
 // loops that walked columns or called libm per element were 10-40x slower
 // (bench/RESULTS.md, "The model layers").
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <utility>
 
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
 
-// SHARDEX_SIMD (core/host_device.hpp) for a loop that sums into the named variables.
-#if defined(SHARDEX_OPENMP_SIMD)
-#define SHARDEX_PRAGMA(text) _Pragma(#text)
-#define SHARDEX_SIMD_REDUCE(...) SHARDEX_PRAGMA(omp simd reduction(+ : __VA_ARGS__))
-#else
-#define SHARDEX_SIMD_REDUCE(...)
-#endif
-
 namespace shardex {
 
 namespace {
-// Row r of the norms' gradients (normalize_row_backward of device/norm_ops.hpp):
-// dx, and when dw is given the row's terms added to dw (and db, when given), in two
-// SIMD loops (the sums of g*w and g*w*(x-m); then the writes) while the row stays
-// in L1; five Eigen passes over the row were slower (bench/RESULTS.md, the norms).
+// A vector register's worth of T (AVX-512's; GCC's vector extension, which
+// clang accepts too; split in two where registers are narrower).
 template <class T>
-void norm_backward_row(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
-                       std::int64_t r, std::int64_t cols, bool rms) {
-  const T* xr = x + r * cols;
-  const T* gr = g + r * cols;
-  T* dxr = dx + r * cols;
-  const T m = mean[r], s = rstd[r];
-  T sum_gw = T(0), sum_gwx = T(0);
-  SHARDEX_SIMD_REDUCE(sum_gw, sum_gwx)
-  for (std::int64_t c = 0; c < cols; ++c) {
-    const T gw = gr[c] * w[c];
-    sum_gw += gw;
-    sum_gwx += gw * (xr[c] - m);
+struct pack_of;
+template <>
+struct pack_of<float> {
+  typedef float type __attribute__((vector_size(64)));
+};
+template <>
+struct pack_of<double> {
+  typedef double type __attribute__((vector_size(64)));
+};
+template <class T>
+using Pack = typename pack_of<T>::type;
+template <class T>
+inline constexpr std::int64_t pack_size = 64 / static_cast<std::int64_t>(sizeof(T));
+
+template <class T>
+Pack<T> load_pack(const T* p) {
+  Pack<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The sum of a pack's elements, halves added to halves (a chain of one add per
+// element waited on each add's latency).
+template <class T>
+T pack_sum(const Pack<T>& v) {
+  T e[pack_size<T>];
+  std::memcpy(e, &v, sizeof v);
+  for (std::int64_t half = pack_size<T> / 2; half > 0; half /= 2)
+    for (std::int64_t i = 0; i < half; ++i) e[i] += e[i + half];
+  return e[0];
+}
+
+// The two sums over a row's columns that terms(at, s1, s2) adds to: at(p) reads
+// p at the columns of the step, a Pack<T> of them or one T. Four packs of
+// partial sums each, so that the adds overlap instead of each waiting on the
+// one before (a loop with one accumulator ran at the add's latency).
+template <class T, class Terms>
+std::pair<T, T> row_sums(std::int64_t cols, Terms terms) {
+  constexpr std::int64_t n = pack_size<T>;
+  Pack<T> a0{}, a1{}, a2{}, a3{}, b0{}, b1{}, b2{}, b3{};
+  std::int64_t c = 0;
+  for (; c + 4 * n <= cols; c += 4 * n) {
+    terms([c](const T* p) { return load_pack(p + c); }, a0, b0);
+    terms([c](const T* p) { return load_pack(p + c + n); }, a1, b1);
+    terms([c](const T* p) { return load_pack(p + c + 2 * n); }, a2, b2);
+    terms([c](const T* p) { return load_pack(p + c + 3 * n); }, a3, b3);
   }
-  const T a = rms ? T(0) : sum_gw / static_cast<T>(cols);
-  const T b = sum_gwx * s / static_cast<T>(cols);
-  if (!dw) {
-    SHARDEX_SIMD
-    for (std::int64_t c = 0; c < cols; ++c) dxr[c] = s * (gr[c] * w[c] - a - (xr[c] - m) * s * b);
-  } else if (!db) {
-    SHARDEX_SIMD
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const T xhat = (xr[c] - m) * s;
-      dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
-      dw[c] += gr[c] * xhat;
-    }
-  } else {
-    SHARDEX_SIMD
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const T xhat = (xr[c] - m) * s;
-      dxr[c] = s * (gr[c] * w[c] - a - xhat * b);
-      dw[c] += gr[c] * xhat;
-      db[c] += gr[c];
-    }
+  for (; c + n <= cols; c += n) terms([c](const T* p) { return load_pack(p + c); }, a0, b0);
+  T s1 = pack_sum<T>((a0 + a1) + (a2 + a3)), s2 = pack_sum<T>((b0 + b1) + (b2 + b3));
+  for (; c < cols; ++c) terms([c](const T* p) { return p[c]; }, s1, s2);
+  return {s1, s2};
+}
+
+template <class T>
+void store_pack(T* p, const Pack<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// Rows r0 .. r0 + Rows - 1 of the norms' gradients (normalize_row_backward of
+// device/norm_ops.hpp): dx, and when dw is given the rows' terms added to dw
+// (and to db, when given). Per row the sums of g*w and g*w*(x-m) while it stays
+// in L1; then one pass over the columns writes every row's dx and adds the
+// block's terms to dw and db once, not once per row: their loads and stores
+// were most of a row's (bench/RESULTS.md, the norms).
+template <int Rows, class T>
+void norm_backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                        std::int64_t r0, std::int64_t cols, bool rms) {
+  const T* xr[Rows];
+  const T* gr[Rows];
+  T* dxr[Rows];
+  T m[Rows], s[Rows], a[Rows], b[Rows];
+  for (int k = 0; k < Rows; ++k) {
+    const std::int64_t r = r0 + k;
+    const T* xk = xr[k] = x + r * cols;
+    const T* gk = gr[k] = g + r * cols;
+    dxr[k] = dx + r * cols;
+    const T mk = m[k] = mean[r];
+    s[k] = rstd[r];
+    const auto [sum_gw, sum_gwx] = row_sums<T>(cols, [xk, gk, w, mk](auto at, auto& gw_sum, auto& gwx_sum) {
+      const auto gw = at(gk) * at(w);
+      gw_sum += gw;
+      gwx_sum += gw * (at(xk) - mk);
+    });
+    a[k] = rms ? T(0) : sum_gw / static_cast<T>(cols);
+    b[k] = sum_gwx * s[k] / static_cast<T>(cols);
   }
+  // The columns that at(p) reads and put(p, v) writes: a Pack<T> or one T.
+  const auto columns = [&](auto at, auto put, auto zero) {
+    auto dw_sum = zero, db_sum = zero;
+    for (int k = 0; k < Rows; ++k) {
+      const auto gk = at(gr[k]);
+      const auto xhat = (at(xr[k]) - m[k]) * s[k];
+      put(dxr[k], s[k] * (gk * at(w) - a[k] - xhat * b[k]));
+      dw_sum += gk * xhat;
+      db_sum += gk;
+    }
+    if (dw) put(dw, at(dw) + dw_sum);
+    if (db) put(db, at(db) + db_sum);
+  };
+  constexpr std::int64_t n = pack_size<T>;
+  std::int64_t c = 0;
+  for (; c + n <= cols; c += n)
+    columns([c](const T* p) { return load_pack(p + c); }, [c](T* p, const Pack<T>& v) { store_pack(p + c, v); },
+            Pack<T>{});
+  for (; c < cols; ++c) columns([c](const T* p) { return p[c]; }, [c](T* p, T v) { p[c] = v; }, T(0));
+}
+
+// Every row of the norms' gradients, four at a time.
+template <class T>
+void norm_backward_all_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                            std::int64_t rows, std::int64_t cols, bool rms) {
+  std::int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) norm_backward_rows<4>(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
+  for (; r < rows; ++r) norm_backward_rows<1>(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
 }
 
 }  // namespace
@@ -123,19 +196,26 @@ void Host::norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rs
     std::fill(rstd, rstd + rows, T(1) / std::sqrt(eps));
     return;
   }
-  const auto n = static_cast<Eigen::Index>(cols);
-  const auto W = host::ConstArrayMap<T>(w, n);
   for (std::int64_t r = 0; r < rows; ++r) {
-    const auto X = host::ConstArrayMap<T>(x + r * cols, n);
-    const T m = rms ? T(0) : X.mean();
-    const T v = (X - m).square().mean();  // two passes: no cancellation of E[x^2] - m^2
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    const T m =
+        rms ? T(0) : row_sums<T>(cols, [xr](auto at, auto& sum, auto&) { sum += at(xr); }).first / static_cast<T>(cols);
+    // Two passes (the row is in L1): no cancellation of E[x^2] - m^2.
+    const T squares = row_sums<T>(cols, [xr, m](auto at, auto& sum, auto&) {
+                        const auto d = at(xr) - m;
+                        sum += d * d;
+                      }).first;
+    const T s = T(1) / std::sqrt(squares / static_cast<T>(cols) + eps);
     mean[r] = m;
-    rstd[r] = T(1) / std::sqrt(v + eps);
-    auto Y = host::ArrayMap<T>(y + r * cols, n);
-    if (b)
-      Y = (X - m) * rstd[r] * W + host::ConstArrayMap<T>(b, n);
-    else
-      Y = (X - m) * rstd[r] * W;
+    rstd[r] = s;
+    if (b) {
+      SHARDEX_SIMD
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * s * w[c] + b[c];
+    } else {
+      SHARDEX_SIMD
+      for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * s * w[c];
+    }
   }
 }
 
@@ -143,19 +223,16 @@ template <class T>
 void Host::norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
                                std::int64_t rows, std::int64_t cols, bool rms) {
   if (cols == 0) return;
-  for (std::int64_t r = 0; r < rows; ++r)
-    norm_backward_row(x, w, g, mean, rstd, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr), r, cols, rms);
+  norm_backward_all_rows(x, w, g, mean, rstd, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr), rows, cols, rms);
 }
 
 template <class T>
 void Host::norm_backward_fused(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
                                std::int64_t rows, std::int64_t cols, bool rms) {
-  const auto n = static_cast<Eigen::Index>(cols);
-  auto DW = host::ArrayMap<T>(dw, n);
-  DW.setZero();
-  if (db) host::ArrayMap<T>(db, n).setZero();
+  std::fill(dw, dw + cols, T(0));
+  if (db) std::fill(db, db + cols, T(0));
   if (cols == 0) return;
-  for (std::int64_t r = 0; r < rows; ++r) norm_backward_row(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
+  norm_backward_all_rows(x, w, g, mean, rstd, dx, dw, db, rows, cols, rms);
 }
 
 template <class T>

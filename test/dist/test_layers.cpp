@@ -640,16 +640,18 @@ TEST_CASE("split_heads and merge_heads carry the lengths in units of heads, arou
 }
 
 // The host runs the norms', cross-entropy's and the mask's row passes as Eigen
-// expressions; the Cuda kernels run the element and row functions of
-// device/norm_ops.hpp and token_ops.hpp. Both against each other here, so that
-// the host tests cover the device's math too (zero columns and rows included).
+// expressions and vector-register loops (src/host_passes.cpp); the Cuda kernels
+// run the element and row functions of device/norm_ops.hpp and token_ops.hpp.
+// Both against each other here, so that the host tests cover the device's math
+// too (zero columns and rows included; 85 columns take every path of the host's
+// loops: four registers at a time, one, then single elements).
 TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp) equal the host's row passes", T, float,
                    double) {
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(-2, 2);
   const auto near = [tol](T a, T b) { return std::abs(double(a) - double(b)) <= tol * (1 + std::abs(double(b))); };
-  for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{5, 7}, {3, 1}, {4, 0}, {0, 6}, {9, 64}}) {
+  for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{5, 7}, {3, 1}, {4, 0}, {0, 6}, {9, 64}, {6, 85}}) {
     const std::int64_t rows = shape.first,
                        cols = shape.second;  // (not a structured binding: CAPTURE's lambda takes them)
     CAPTURE(rows);
