@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: MIT
+// Hugging Face's GPT-2 files: config.json, and model.safetensors read into a
+// Model's layouts and lengths (any world size, any split) or written from
+// them. Hugging Face names the tensors "transformer.h.0.attn.c_attn.weight"
+// (save_pretrained) or without the "transformer." prefix (the hub's files),
+// stores Conv1D weights (in, out) as x W uses them, fuses q, k and v into
+// c_attn's column blocks (split here, each rank reading its heads' columns),
+// and ties lm_head to wte (not stored). Both files are untrusted input: a
+// missing tensor, a wrong shape or a config that does not fit is an error on
+// every rank naming it.
+#pragma once
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <shardex.hpp>
+#include <shardex/io/safetensors.hpp>
+
+#include "model.hpp"
+
+namespace gpt2 {
+
+/// The sizes in a Hugging Face GPT-2 config.json.
+/// @throws shardex::invalid_argument for a file that cannot be read or parsed,
+/// a size missing or not a positive integer, or an architecture GPT-2's code
+/// here does not run (another activation than the tanh GeLU, untied embeddings).
+inline Config read_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw shardex::invalid_argument("gpt2: cannot read the config \"" + path + "\"");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw shardex::invalid_argument("gpt2: the config \"" + path + "\" is not JSON: " + e.what());
+  }
+  if (!j.is_object()) throw shardex::invalid_argument("gpt2: the config \"" + path + "\" is not a JSON object");
+  const auto size = [&](std::initializer_list<const char*> keys) -> std::int64_t {
+    for (const char* k : keys) {
+      if (!j.contains(k)) continue;
+      const auto& v = j[k];
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > (std::int64_t(1) << 31))
+        throw shardex::invalid_argument("gpt2: \"" + std::string(k) + "\" in \"" + path +
+                                        "\" must be a positive integer, not " + v.dump());
+      return v.get<std::int64_t>();
+    }
+    throw shardex::invalid_argument("gpt2: the config \"" + path + "\" has no \"" + *keys.begin() + "\"");
+  };
+  Config c;
+  c.layers = size({"n_layer"}), c.heads = size({"n_head"}), c.width = size({"n_embd"});
+  c.context = size({"n_positions", "n_ctx"}), c.vocab = size({"vocab_size"});
+  if (j.contains("layer_norm_epsilon")) {
+    if (!j["layer_norm_epsilon"].is_number())
+      throw shardex::invalid_argument("gpt2: \"layer_norm_epsilon\" in \"" + path + "\" must be a number");
+    c.eps = j["layer_norm_epsilon"].get<double>();
+  }
+  if (j.contains("activation_function") && j["activation_function"] != "gelu_new")
+    throw shardex::invalid_argument("gpt2: \"" + path + "\" asks for activation_function " +
+                                    j["activation_function"].dump() + "; only GPT-2's \"gelu_new\" (tanh) is built");
+  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == false)
+    throw shardex::invalid_argument("gpt2: \"" + path + "\" unties lm_head from wte; GPT-2 ties them");
+  c.check();
+  return c;
+}
+
+/// config.json as Hugging Face's GPT2Config writes it (no dropout: shardex has none).
+inline std::string config_json(const Config& c) {
+  nlohmann::json j = {{"architectures", {"GPT2LMHeadModel"}},
+                      {"model_type", "gpt2"},
+                      {"n_layer", c.layers},
+                      {"n_head", c.heads},
+                      {"n_embd", c.width},
+                      {"n_positions", c.context},
+                      {"n_ctx", c.context},
+                      {"vocab_size", c.vocab},
+                      {"layer_norm_epsilon", c.eps},
+                      {"activation_function", "gelu_new"},
+                      {"resid_pdrop", 0.0},
+                      {"embd_pdrop", 0.0},
+                      {"attn_pdrop", 0.0},
+                      {"tie_word_embeddings", true}};
+  return j.dump(2) + "\n";
+}
+
+namespace detail {
+
+/// Which of c_attn's column blocks a parameter name is (q 0, k 1, v 2), or -1.
+inline int qkv_block(const std::string& name) {
+  for (int b = 0; b < 3; ++b) {
+    const std::string part = std::string(".attn.") + "qkv"[b] + ".";
+    if (name.find(part) != std::string::npos) return b;
+  }
+  return -1;
+}
+
+/// "h.3.attn.q.weight" -> "h.3.attn.c_attn.weight".
+inline std::string c_attn_name(const std::string& name) {
+  const auto at = name.find(".attn.");
+  return name.substr(0, at) + ".attn.c_attn" + name.substr(at + 7);
+}
+
+template <class Dev, class T, shardex::LayoutTag L>
+Tensor<T, L, Dev> on_device(const Tensor<T, L>& host, const typename Dev::communicator& comm) {
+  if constexpr (std::same_as<Dev, shardex::Host>)
+    return host;
+  else
+    return shardex::to<Dev>(host, comm);
+}
+
+}  // namespace detail
+
+/// Fills every parameter of `model` from a Hugging Face GPT-2 model.safetensors
+/// (with or without the "transformer." prefix), each rank reading its pieces.
+/// Collective. @throws shardex::error naming the tensor that is missing or
+/// whose shape does not match the model's config.
+template <class T, class Dev>
+void load_hf(Model<T, Dev>& model, const std::string& path) {
+  const auto& control = shardex::detail::control_of(model.comm());
+  bool prefixed = false, bare = false;
+  for (const auto& t : shardex::list_tensors(control, path)) {
+    prefixed = prefixed || t.name == "transformer.wte.weight";
+    bare = bare || t.name == "wte.weight";
+  }
+  if (!prefixed && !bare)
+    throw shardex::invalid_argument("gpt2: \"" + path +
+                                    "\" holds no GPT-2 token embedding (transformer.wte.weight or wte.weight)");
+  const std::string prefix = prefixed ? "transformer." : "";
+  const std::int64_t w = model.config().width;
+  model.for_each_parameter([&](const std::string& name, auto& p) {
+    using P = std::remove_cvref_t<decltype(p)>;
+    const int block = detail::qkv_block(name);
+    if (block < 0) {
+      shardex::load_into(p, path, prefix + name);
+      return;
+    }
+    // q, k or v: its block of c_attn's columns (weight (w, 3w), bias (3w)), read whole, the rank's part kept.
+    const std::string fused = prefix + detail::c_attn_name(name);
+    const auto all = shardex::load<T, Invariant>(control, path, fused);
+    const bool weight = p.shape().rank() == 2;
+    const shardex::Shape want = weight ? shardex::Shape{w, 3 * w} : shardex::Shape{3 * w};
+    if (all.shape() != want)
+      throw shardex::error("gpt2: \"" + path + "\" tensor \"" + fused + "\" has shape " + all.shape().str() +
+                           " but the config asks for " + want.str());
+    const T* src = all.data();
+    auto mine = Tensor<T, typename P::layout_type>::from_function(
+        control, p.shape(),
+        [&](std::span<const std::int64_t> i) {
+          return weight ? src[i[0] * 3 * w + block * w + i[1]] : src[block * w + i[0]];
+        },
+        p.mapping());
+    const auto on_dev = detail::on_device<Dev>(mine, model.comm());
+    shardex::copy_elements<Dev>(on_dev.data(), p.data(), p.size());
+  });
+}
+
+/// Hugging Face's tensors of `model` ("transformer."-prefixed, c_attn fused,
+/// lm_head left to the tie, the metadata "format": "pt"), from each parameter
+/// or from its gradient, each sharded one written by its ranks. Collective.
+template <class T, class Dev>
+shardex::TensorList hf_tensors(Model<T, Dev>& model, bool gradients) {
+  shardex::TensorList list;
+  list.metadata("format", "pt");  // transformers' from_pretrained refuses a file without it
+  const std::int64_t w = model.config().width;
+  std::vector<Tensor<T, Invariant>> qkv;  // a layer's q, k, v weights (or biases), whole
+  model.for_each_parameter([&](const std::string& name, auto& p) {
+    auto value = [&] {
+      if constexpr (std::same_as<Dev, shardex::Host>)
+        return gradients ? p.grad() : p.detach();
+      else
+        return shardex::to<shardex::Host>(gradients ? p.grad() : p.detach());
+    }();
+    const int block = detail::qkv_block(name);
+    if (block < 0) {
+      list.add("transformer." + name, value);
+      return;
+    }
+    if constexpr (shardex::is_sharded_v<typename decltype(value)::layout_type>)
+      qkv.push_back(shardex::eager::all_gather<Invariant>(value));
+    if (block < 2) return;
+    const bool weight = qkv[0].shape().rank() == 2;
+    const auto& control = shardex::detail::control_of(model.comm());
+    list.add("transformer." + detail::c_attn_name(name),
+             Tensor<T, Invariant>::from_function(control, weight ? shardex::Shape{w, 3 * w} : shardex::Shape{3 * w},
+                                                 [&](std::span<const std::int64_t> i) {
+                                                   const std::int64_t col = weight ? i[1] : i[0];
+                                                   const T* part = qkv[static_cast<std::size_t>(col / w)].data();
+                                                   return weight ? part[i[0] * w + col % w] : part[col % w];
+                                                 }));
+    qkv.clear();
+  });
+  return list;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""GPT-2 in shardex against Hugging Face's GPT2LMHeadModel (issue #26).
+
+    check_gpt2_hf.py GPT2_HF_EXE NP MPIRUN [MPIRUN_ARGS...]
+
+Makes a random GPT-2 with transformers in double (5 heads of 4, vocabulary 23:
+sizes no rank count above 1 divides; biases and norms made non-trivial), saves
+it with save_pretrained (config.json, model.safetensors), and runs gpt2_hf on
+NP ranks with the heads, MLP columns and vocabulary split unevenly (a rank with
+no heads and one with no vocabulary rows from 3 ranks on). gpt2_hf loads the
+files, runs the same ids forward and backward and saves the logits, the loss
+and every gradient under Hugging Face's names; each must be within 1e-10 of
+transformers' (relative to the tensor's largest element). Then the reverse:
+the model shardex saved must load with GPT2LMHeadModel.from_pretrained and give
+the same logits. Exits 77 (SKIP), saying why, where torch, transformers or the
+safetensors package is missing.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+except ImportError as e:
+    print(f"SKIP: needs torch, transformers and the safetensors package ({e}); scripts/shardex test installs them")
+    sys.exit(77)
+
+TOL = 1e-10
+SPLITS = {  # heads (5), MLP columns (80), vocabulary rows (23) per rank
+    "1": ("5", "80", "23"),
+    "2": ("2,3", "30,50", "16,7"),
+    "3": ("0,3,2", "20,0,60", "10,13,0"),
+    "4": ("1,2,0,2", "10,20,30,20", "0,5,8,10"),
+}
+
+
+def rel_diff(ours, theirs):
+    ours, theirs = ours.double().flatten(), theirs.detach().double().flatten()
+    if ours.shape != theirs.shape:
+        return float("inf")
+    scale = max(theirs.abs().max().item(), 1e-300)
+    return (ours - theirs).abs().max().item() / scale
+
+
+def main():
+    exe, np_, mpirun, mpi_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    torch.manual_seed(26)
+    config = GPT2Config(n_layer=2, n_head=5, n_embd=20, n_positions=8, vocab_size=23, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new")
+    model = GPT2LMHeadModel(config).double()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln_" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    model.eval()
+    B, T = 2, 6
+    ids = torch.randint(0, 23, (B, T))
+    targets = torch.randint(0, 23, (B, T))
+    heads, ffn, vocab = SPLITS[np_]
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_dir = os.path.join(tmp, "hf")
+        model.save_pretrained(hf_dir, safe_serialization=True)
+        inputs = os.path.join(tmp, "inputs.safetensors")
+        save_file({"ids": ids.double().flatten(), "targets": targets.double().flatten()}, inputs)
+        out = os.path.join(tmp, "out.safetensors")
+        cmd = [mpirun, *mpi_args, "-n", np_, exe, hf_dir, inputs, out, str(B), str(T), heads, ffn, vocab]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            print(run.stdout + run.stderr)
+            print(f"FAIL: gpt2_hf exited {run.returncode}")
+            return 1
+        ours = load_file(out)
+        logits = model(input_ids=ids).logits.reshape(B * T, -1)
+        loss = F.cross_entropy(logits, targets.flatten())
+        loss.backward()
+        checks = [("logits", ours["logits"], logits), ("loss", ours["loss"], loss)]
+        for name, p in model.named_parameters():
+            checks.append((name + ".grad", ours[name], p.grad))
+        for name, a, b in checks:
+            d = rel_diff(a, b)
+            print(f"{name}: {d:.2e}")
+            if not d <= TOL:
+                failures.append(f"{name}: {d:.3e} > {TOL}")
+        # The reverse: what shardex saved, loaded by transformers.
+        back = GPT2LMHeadModel.from_pretrained(os.path.join(tmp, "saved"), torch_dtype=torch.float64)
+        back.eval()
+        d = rel_diff(back(input_ids=ids).logits.reshape(B * T, -1), logits)
+        print(f"from_pretrained(shardex's save) logits: {d:.2e}")
+        if not d <= 1e-12:
+            failures.append(f"from_pretrained of shardex's save: logits differ by {d:.3e}")
+    print(f"splits: heads {heads}, MLP {ffn}, vocabulary {vocab}; transformers {__import__('transformers').__version__}, torch {torch.__version__}")
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    print(f"OK: logits, loss and {len(checks) - 2} gradients within {TOL} of transformers on {np_} ranks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
