@@ -19,22 +19,30 @@
 namespace shardex {
 
 namespace {
-// A vector register's worth of T (AVX-512's; GCC's vector extension, which
-// clang accepts too; split in two where registers are narrower).
+// A vector register's worth of T (GCC's vector extension, which clang accepts
+// too), as wide as the target's registers: a wider one would be split, and
+// g++ warns (-Wpsabi) where a function returns one the target cannot hold.
+#if defined(__AVX512F__)
+#define SHARDEX_PACK_BYTES 64
+#elif defined(__AVX__)
+#define SHARDEX_PACK_BYTES 32
+#else
+#define SHARDEX_PACK_BYTES 16
+#endif
 template <class T>
 struct pack_of;
 template <>
 struct pack_of<float> {
-  typedef float type __attribute__((vector_size(64)));
+  typedef float type __attribute__((vector_size(SHARDEX_PACK_BYTES)));
 };
 template <>
 struct pack_of<double> {
-  typedef double type __attribute__((vector_size(64)));
+  typedef double type __attribute__((vector_size(SHARDEX_PACK_BYTES)));
 };
 template <class T>
 using Pack = typename pack_of<T>::type;
 template <class T>
-inline constexpr std::int64_t pack_size = 64 / static_cast<std::int64_t>(sizeof(T));
+inline constexpr std::int64_t pack_size = SHARDEX_PACK_BYTES / static_cast<std::int64_t>(sizeof(T));
 
 template <class T>
 Pack<T> load_pack(const T* p) {

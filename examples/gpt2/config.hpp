@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -32,9 +33,15 @@ struct Config {
          "every size must be positive: layers " + std::to_string(layers) + ", heads " + std::to_string(heads) +
              ", width " + std::to_string(width) + ", context " + std::to_string(context) + ", vocab " +
              std::to_string(vocab));
+    // Bounds that keep every product of sizes below int64's range and a
+    // config from a file from asking for an absurd model.
+    need(layers <= 4096 && heads <= 65536 && width <= (1 << 20) && context <= (1 << 24) && vocab <= (1 << 30),
+         "a size beyond what shardex builds (layers <= 4096, heads <= 65536, width <= 2^20, context <= 2^24, "
+         "vocab <= 2^30): " +
+             str());
     need(width % heads == 0, "the heads (" + std::to_string(heads) + ") must divide the width (" +
                                  std::to_string(width) + "): each head is width / heads wide");
-    need(eps > 0, "layer_norm_epsilon must be positive, not " + std::to_string(eps));
+    need(std::isfinite(eps) && eps > 0, "layer_norm_epsilon must be a positive number, not " + std::to_string(eps));
   }
 
   [[nodiscard]] std::string str() const {

@@ -4,13 +4,16 @@
 // them. Hugging Face names the tensors "transformer.h.0.attn.c_attn.weight"
 // (save_pretrained) or without the "transformer." prefix (the hub's files),
 // stores Conv1D weights (in, out) as x W uses them, fuses q, k and v into
-// c_attn's column blocks (split here, each rank reading its heads' columns),
+// c_attn's column blocks (split here: each rank reads c_attn whole and keeps
+// its heads' columns),
 // and ties lm_head to wte (not stored). Both files are untrusted input: a
 // missing tensor, a wrong shape or a config that does not fit is an error on
 // every rank naming it.
 #pragma once
 
+#include <cstdint>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -22,16 +25,13 @@
 
 namespace gpt2 {
 
-/// The sizes in a Hugging Face GPT-2 config.json.
-/// @throws shardex::invalid_argument for a file that cannot be read or parsed,
-/// a size missing or not a positive integer, or an architecture GPT-2's code
-/// here does not run (another activation than the tanh GeLU, untied embeddings).
-inline Config read_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw shardex::invalid_argument("gpt2: cannot read the config \"" + path + "\"");
+namespace detail {
+
+/// The sizes of config.json's text `text` (read from `path`), or why not.
+inline Config parse_config(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw shardex::invalid_argument("gpt2: the config \"" + path + "\" is not JSON: " + e.what());
   }
@@ -55,13 +55,51 @@ inline Config read_config(const std::string& path) {
       throw shardex::invalid_argument("gpt2: \"layer_norm_epsilon\" in \"" + path + "\" must be a number");
     c.eps = j["layer_norm_epsilon"].get<double>();
   }
-  if (j.contains("activation_function") && j["activation_function"] != "gelu_new")
-    throw shardex::invalid_argument("gpt2: \"" + path + "\" asks for activation_function " +
-                                    j["activation_function"].dump() + "; only GPT-2's \"gelu_new\" (tanh) is built");
-  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == false)
-    throw shardex::invalid_argument("gpt2: \"" + path + "\" unties lm_head from wte; GPT-2 ties them");
+  // Options of GPT2Config that change the model's math: only GPT-2's own values are built.
+  const auto refuse = [&](const char* key, bool differs, const std::string& want) {
+    if (j.contains(key) && differs)
+      throw shardex::invalid_argument("gpt2: \"" + path + "\" sets " + key + " to " + j[key].dump() +
+                                      "; only GPT-2's " + want + " is built");
+  };
+  refuse("activation_function", j.contains("activation_function") && j["activation_function"] != "gelu_new",
+         "\"gelu_new\" (GeLU with tanh)");
+  refuse("tie_word_embeddings", j.contains("tie_word_embeddings") && j["tie_word_embeddings"] != true,
+         "true (lm_head is wte)");
+  refuse("scale_attn_weights", j.contains("scale_attn_weights") && j["scale_attn_weights"] != true,
+         "true (scores scaled by 1/sqrt(head_dim))");
+  refuse("scale_attn_by_inverse_layer_idx",
+         j.contains("scale_attn_by_inverse_layer_idx") && j["scale_attn_by_inverse_layer_idx"] != false, "false");
+  refuse("n_inner",
+         j.contains("n_inner") && !j["n_inner"].is_null() &&
+             !(j["n_inner"].is_number_integer() && j["n_inner"].get<std::int64_t>() == 4 * c.width),
+         "null (an MLP 4 x n_embd wide)");
   c.check();
   return c;
+}
+
+}  // namespace detail
+
+/// The sizes in a Hugging Face GPT-2 config.json. Collective over `comm`:
+/// rank 0 reads the file and every rank parses the same text, so that a
+/// missing or bad file is the same error on every rank.
+/// @throws shardex::invalid_argument for a file that cannot be read or parsed,
+/// a size missing, not a positive integer or beyond Config::check's bounds, or
+/// a GPT2Config option that changes the math from GPT-2's (another activation,
+/// untied embeddings, unscaled or layer-scaled attention, another MLP width).
+inline Config read_config(const shardex::mpi::Communicator& comm, const std::string& path) {
+  std::string text;
+  std::int64_t size = -1;  // -1: unreadable
+  if (comm.rank() == 0) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream all;
+    all << in.rdbuf();
+    if (in && all.str().size() <= (1u << 20)) text = all.str(), size = static_cast<std::int64_t>(text.size());
+  }
+  comm.broadcast(&size, 1, 0);
+  if (size < 0) throw shardex::invalid_argument("gpt2: cannot read the config \"" + path + "\" (or it is over 1 MiB)");
+  text.resize(static_cast<std::size_t>(size));
+  if (size > 0) comm.broadcast(text.data(), size, 0);
+  return detail::parse_config(text, path);
 }
 
 /// config.json as Hugging Face's GPT2Config writes it (no dropout: shardex has none).
@@ -111,7 +149,8 @@ Tensor<T, L, Dev> on_device(const Tensor<T, L>& host, const typename Dev::commun
 }  // namespace detail
 
 /// Fills every parameter of `model` from a Hugging Face GPT-2 model.safetensors
-/// (with or without the "transformer." prefix), each rank reading its pieces.
+/// (with or without the "transformer." prefix), each rank reading its pieces
+/// (c_attn whole, of which it keeps its heads' columns).
 /// Collective. @throws shardex::error naming the tensor that is missing or
 /// whose shape does not match the model's config.
 template <class T, class Dev>

@@ -197,7 +197,7 @@ private:
     if (seq < 1 || seq > config_.context)
       throw shardex::invalid_argument("gpt2: a sequence of " + std::to_string(seq) +
                                       " tokens does not fit the context of " + std::to_string(config_.context));
-    if (batch < 1 || ids.shape().rank() != 1 || ids.shape()[0] != batch * seq)
+    if (batch < 1 || ids.shape().rank() != 1 || batch > ids.shape()[0] / seq || ids.shape()[0] != batch * seq)
       throw shardex::invalid_argument("gpt2: the ids must be " + std::to_string(batch) + " x " + std::to_string(seq) +
                                       " tokens, but they are " + ids.describe());
   }

@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -17,7 +20,7 @@
 
 #include <shardex.hpp>
 
-#include "../../examples/gpt2/model.hpp"
+#include "../../examples/gpt2/hf.hpp"
 #include "support/dist.hpp"
 
 // The file's own namespace: test/meson.build compiles several test files as one
@@ -174,6 +177,58 @@ TEST_CASE("GPT-2's sizes: heads that do not divide the width, a sequence beyond 
   // An id beyond the vocabulary: the embedding's error, on every rank.
   const auto beyond = Tensor<std::int64_t, Invariant>::from_local(world(), {4}, std::vector<std::int64_t>{0, 70, 1, 2});
   CHECK_THROWS_WITH_AS(model.logits(beyond, 1, 4), doctest::Contains("70"), shardex::invalid_argument);
+}
+
+TEST_CASE("GPT-2's config.json: Hugging Face's sizes read, bad or foreign ones refused on every rank") {
+  // Rank 0 writes each text (read_config reads on rank 0 and shares it).
+  std::int64_t pid = ::getpid();
+  world().broadcast(&pid, 1, 0);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("shardex_gpt2_config_" + std::to_string(pid) + ".json")).string();
+  const auto read = [&](const std::string& text) {
+    if (world().rank() == 0) std::ofstream(path) << text;
+    world().barrier();
+    return gpt2::read_config(world(), path);
+  };
+  const gpt2::Config c = read(R"({"n_layer": 3, "n_head": 4, "n_embd": 32, "n_positions": 16, "vocab_size": 50257,
+                                  "layer_norm_epsilon": 1e-6, "activation_function": "gelu_new", "n_inner": null})");
+  CHECK(c.layers == 3);
+  CHECK(c.heads == 4);
+  CHECK(c.width == 32);
+  CHECK(c.context == 16);
+  CHECK(c.vocab == 50257);
+  CHECK(c.eps == 1e-6);
+  CHECK(gpt2::read_config(world(), path).str() == c.str());  // config_json's text reads back the same
+  if (world().rank() == 0) std::ofstream(path) << gpt2::config_json(c);
+  world().barrier();
+  CHECK(gpt2::read_config(world(), path).str() == c.str());
+  const std::string sizes = R"("n_layer": 1, "n_head": 2, "n_embd": 8, "n_positions": 4, "vocab_size": 5)";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{", "is not JSON"},
+      {"[1, 2]", "is not a JSON object"},
+      {R"({"n_head": 2, "n_embd": 8, "n_positions": 4, "vocab_size": 5})", "has no \"n_layer\""},
+      {R"({"n_layer": 1.5, "n_head": 2, "n_embd": 8, "n_positions": 4, "vocab_size": 5})",
+       "\"n_layer\" in \"" + path + "\" must be a positive integer, not 1.5"},
+      {R"({"n_layer": 1, "n_head": 3, "n_embd": 8, "n_positions": 4, "vocab_size": 5})",
+       "the heads (3) must divide the width (8)"},
+      {R"({"n_layer": 100000, "n_head": 2, "n_embd": 8, "n_positions": 4, "vocab_size": 5})",
+       "a size beyond what shardex builds"},
+      {"{" + sizes + R"(, "activation_function": "relu"})", "sets activation_function to \"relu\""},
+      {"{" + sizes + R"(, "tie_word_embeddings": false})", "sets tie_word_embeddings"},
+      {"{" + sizes + R"(, "scale_attn_weights": false})", "sets scale_attn_weights"},
+      {"{" + sizes + R"(, "scale_attn_by_inverse_layer_idx": true})", "sets scale_attn_by_inverse_layer_idx"},
+      {"{" + sizes + R"(, "n_inner": 16})", "sets n_inner to 16"},
+      {"{" + sizes + R"(, "layer_norm_epsilon": "small"})", "\"layer_norm_epsilon\" in"},
+  };
+  for (const auto& [text, message] : bad) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(read(text), doctest::Contains(message.c_str()), shardex::invalid_argument);
+  }
+  world().barrier();
+  if (world().rank() == 0) std::filesystem::remove(path);
+  world().barrier();
+  CHECK_THROWS_WITH_AS(gpt2::read_config(world(), path), doctest::Contains("cannot read the config"),
+                       shardex::invalid_argument);
 }
 
 }  // namespace shardex_test_gpt2

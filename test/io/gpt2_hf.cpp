@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1], inputs = argv[2], out = argv[3];
   const std::int64_t batch = std::stoll(argv[4]), seq = std::stoll(argv[5]);
   try {
-    const gpt2::Config config = gpt2::read_config(dir + "/config.json");
+    const gpt2::Config config = gpt2::read_config(world, dir + "/config.json");
     const gpt2::Split split{csv_lengths(argv[6]), csv_lengths(argv[7]), csv_lengths(argv[8])};
     gpt2::Model<double> model(world, config, split, 0);
     gpt2::load_hf(model, dir + "/model.safetensors");
@@ -64,10 +64,8 @@ int main(int argc, char** argv) {
     results.add("logits", logits).add("loss", loss);
     save(out, std::move(results));
     const std::string saved = (std::filesystem::path(out).parent_path() / "saved").string();
-    if (world.rank() == 0) {
-      std::filesystem::create_directories(saved);
-      std::ofstream(saved + "/config.json") << gpt2::config_json(config);
-    }
+    std::filesystem::create_directories(saved);  // on every rank: an error here is every rank's
+    if (world.rank() == 0) std::ofstream(saved + "/config.json") << gpt2::config_json(config);
     world.barrier();
     save(saved + "/model.safetensors", gpt2::hf_tensors(model, false));
   } catch (const std::exception& e) {

@@ -147,9 +147,9 @@ struct Host {
   /// gradient, the weight's and bias's (db may be null). The formulas are the
   /// row and column functions of device/norm_ops.hpp (the Cuda device runs
   /// those in kernels); here they run over whole rows in vector-register loops
-  /// (src/host_passes.cpp), and the weight's gradient adds rows, four at a time,
-  /// instead of walking columns (a scalar loop over columns was 40x the
-  /// memory-bandwidth floor).
+  /// (src/host_passes.cpp), and the weight's gradient adds rows (the fused
+  /// backward four at a time) instead of walking columns (a scalar loop over
+  /// columns was 40x the memory-bandwidth floor).
   template <class T>
   static void norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, std::int64_t rows,
                            std::int64_t cols, T eps, bool rms);
