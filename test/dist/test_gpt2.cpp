@@ -140,7 +140,9 @@ TEST_CASE("GPT-2 on uneven shards equals the unsharded model: logits, loss and e
     CHECK(rel_diff(whole(logits), want_logits) <= 1e-12);
     CHECK(std::abs(loss.data()[0] - loss1.data()[0]) <= 1e-12 * std::abs(loss1.data()[0]));
     const auto grads = gradients(model);
-    for (const auto& [name, g] : grads) {
+    for (const auto& entry : grads) {  // (not a structured binding: CAPTURE's lambda takes the name)
+      const std::string& name = entry.first;
+      const std::vector<double>& g = entry.second;
       CAPTURE(name);
       if (name.ends_with("attn.k.bias")) {
         // Mathematically zero (a shift of every key by the same bias shifts a
@@ -220,7 +222,9 @@ TEST_CASE("GPT-2's config.json: Hugging Face's sizes read, bad or foreign ones r
       {"{" + sizes + R"(, "n_inner": 16})", "sets n_inner to 16"},
       {"{" + sizes + R"(, "layer_norm_epsilon": "small"})", "\"layer_norm_epsilon\" in"},
   };
-  for (const auto& [text, message] : bad) {
+  for (const auto& text_and_message : bad) {
+    const std::string& text = text_and_message.first;
+    const std::string& message = text_and_message.second;
     CAPTURE(text);
     CHECK_THROWS_WITH_AS(read(text), doctest::Contains(message.c_str()), shardex::invalid_argument);
   }
