@@ -51,6 +51,11 @@ Pack<T> load_pack(const T* p) {
   return v;
 }
 
+template <class T>
+void store_pack(T* p, const Pack<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
 // The sum of a pack's elements, halves added to halves (a chain of one add per
 // element waited on each add's latency).
 template <class T>
@@ -81,11 +86,6 @@ std::pair<T, T> row_sums(std::int64_t cols, Terms terms) {
   T s1 = pack_sum<T>((a0 + a1) + (a2 + a3)), s2 = pack_sum<T>((b0 + b1) + (b2 + b3));
   for (; c < cols; ++c) terms([c](const T* p) { return p[c]; }, s1, s2);
   return {s1, s2};
-}
-
-template <class T>
-void store_pack(T* p, const Pack<T>& v) {
-  std::memcpy(p, &v, sizeof v);
 }
 
 // Rows r0 .. r0 + Rows - 1 of the norms' gradients (normalize_row_backward of

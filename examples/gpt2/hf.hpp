@@ -138,14 +138,6 @@ inline std::string c_attn_name(const std::string& name) {
   return name.substr(0, at) + ".attn.c_attn" + name.substr(at + 7);
 }
 
-template <class Dev, class T, shardex::LayoutTag L>
-Tensor<T, L, Dev> on_device(const Tensor<T, L>& host, const typename Dev::communicator& comm) {
-  if constexpr (std::same_as<Dev, shardex::Host>)
-    return host;
-  else
-    return shardex::to<Dev>(host, comm);
-}
-
 }  // namespace detail
 
 /// Fills every parameter of `model` from a Hugging Face GPT-2 model.safetensors
@@ -166,6 +158,8 @@ void load_hf(Model<T, Dev>& model, const std::string& path) {
                                     "\" holds no GPT-2 token embedding (transformer.wte.weight or wte.weight)");
   const std::string prefix = prefixed ? "transformer." : "";
   const std::int64_t w = model.config().width;
+  std::string fused_read;  // the c_attn tensor in `fused` (for_each_parameter gives q, k, v one after another)
+  Tensor<T, Invariant> fused;
   model.for_each_parameter([&](const std::string& name, auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;
     const int block = detail::qkv_block(name);
@@ -173,22 +167,24 @@ void load_hf(Model<T, Dev>& model, const std::string& path) {
       shardex::load_into(p, path, prefix + name);
       return;
     }
-    // q, k or v: its block of c_attn's columns (weight (w, 3w), bias (3w)), read whole, the rank's part kept.
-    const std::string fused = prefix + detail::c_attn_name(name);
-    const auto all = shardex::load<T, Invariant>(control, path, fused);
+    // q, k or v: its block of c_attn's columns (weight (w, 3w), bias (3w)), read whole once, the rank's part kept.
     const bool weight = p.shape().rank() == 2;
-    const shardex::Shape want = weight ? shardex::Shape{w, 3 * w} : shardex::Shape{3 * w};
-    if (all.shape() != want)
-      throw shardex::error("gpt2: \"" + path + "\" tensor \"" + fused + "\" has shape " + all.shape().str() +
-                           " but the config asks for " + want.str());
-    const T* src = all.data();
+    if (const std::string c_attn = prefix + detail::c_attn_name(name); c_attn != fused_read) {
+      fused = shardex::load<T, Invariant>(control, path, c_attn);
+      fused_read = c_attn;
+      const shardex::Shape want = weight ? shardex::Shape{w, 3 * w} : shardex::Shape{3 * w};
+      if (fused.shape() != want)
+        throw shardex::error("gpt2: \"" + path + "\" tensor \"" + c_attn + "\" has shape " + fused.shape().str() +
+                             " but the config asks for " + want.str());
+    }
+    const T* src = fused.data();
     auto mine = Tensor<T, typename P::layout_type>::from_function(
         control, p.shape(),
         [&](std::span<const std::int64_t> i) {
           return weight ? src[i[0] * 3 * w + block * w + i[1]] : src[block * w + i[0]];
         },
         p.mapping());
-    const auto on_dev = detail::on_device<Dev>(mine, model.comm());
+    const auto on_dev = on_device<Dev>(std::move(mine), model.comm());
     shardex::copy_elements<Dev>(on_dev.data(), p.data(), p.size());
   });
 }

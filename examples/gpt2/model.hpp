@@ -65,26 +65,29 @@ struct Block {
   }
 };
 
-/// Normal numbers drawn on the host from (seed, global index), so that every
-/// world size and split draws the same model, then moved to Dev.
+/// A tensor made on the host, on Dev (itself, on the host): the model draws
+/// and reads its numbers on the host, so that every device gets the same ones.
+template <class Dev, shardex::Element T, shardex::LayoutTag L>
+Tensor<T, L, Dev> on_device(Tensor<T, L> host, const typename Dev::communicator& comm) {
+  if constexpr (std::same_as<Dev, shardex::Host>)
+    return host;
+  else
+    return shardex::to<Dev>(host, comm);
+}
+
+/// Normal numbers drawn from (seed, global index), so that every world size
+/// and split draws the same model.
 template <class Dev, class T, shardex::LayoutTag L>
 Tensor<T, L, Dev> draw_normal(const typename Dev::communicator& comm, const shardex::Shape& shape, std::uint64_t seed,
                               double stddev, layout_mapping<L> m = {}) {
-  auto h = Tensor<T, L>::normal(shardex::detail::control_of(comm), shape, seed, T(0), T(stddev), std::move(m));
-  if constexpr (std::same_as<Dev, shardex::Host>)
-    return h;
-  else
-    return shardex::to<Dev>(h, comm);
+  return on_device<Dev>(
+      Tensor<T, L>::normal(shardex::detail::control_of(comm), shape, seed, T(0), T(stddev), std::move(m)), comm);
 }
 
 template <class Dev, class T, shardex::LayoutTag L>
 Tensor<T, L, Dev> filled(const typename Dev::communicator& comm, const shardex::Shape& shape, T value,
                          layout_mapping<L> m = {}) {
-  auto h = Tensor<T, L>::full(shardex::detail::control_of(comm), shape, value, std::move(m));
-  if constexpr (std::same_as<Dev, shardex::Host>)
-    return h;
-  else
-    return shardex::to<Dev>(h, comm);
+  return on_device<Dev>(Tensor<T, L>::full(shardex::detail::control_of(comm), shape, value, std::move(m)), comm);
 }
 
 template <class T, class Dev = shardex::Host>
@@ -206,12 +209,9 @@ private:
   Ids positions(std::int64_t batch, std::int64_t seq) const {
     std::vector<std::int64_t> pos(static_cast<std::size_t>(batch * seq));
     for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<std::int64_t>(i) % seq;
-    auto host = Tensor<std::int64_t, Invariant>::from_local(shardex::detail::control_of(comm_), {batch * seq},
-                                                            std::span<const std::int64_t>(pos));
-    if constexpr (std::same_as<Dev, shardex::Host>)
-      return host;
-    else
-      return shardex::to<Dev>(host, comm_);
+    return on_device<Dev>(Tensor<std::int64_t, Invariant>::from_local(shardex::detail::control_of(comm_), {batch * seq},
+                                                                      std::span<const std::int64_t>(pos)),
+                          comm_);
   }
 
   communicator comm_;
