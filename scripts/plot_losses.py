@@ -4,10 +4,13 @@
 
 usage: scripts/plot_losses.py [-o OUT.png] [--title TITLE] RUN.csv [RUN.csv ...]
 
-Each CSV (step,loss,unsharded_loss,step_ms, as the examples write it) gives
-one line in each panel: the loss of the sharded run against the step (log
-scale), with the unsharded model's loss dotted beneath it (they should lie on
-each other), and the step's wall time. The label is the file's name.
+Each CSV (step,loss,unsharded_loss,step_ms, as the MLP examples write it)
+gives one line in each panel: the loss of the sharded run against the step
+(log scale), with the unsharded model's loss dotted beneath it (they should
+lie on each other), and the step's wall time. A GPT-2 log (examples/gpt2:
+step,loss,val_loss,lr,grad_norm,step_ms,tokens_per_s) gives the training loss
+with the validation loss as points where it was measured. The label is the
+file's name.
 Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
@@ -22,11 +25,13 @@ import matplotlib.pyplot as plt
 
 
 def read(path):
+    """(step, loss, the second loss (unsharded or validation), its kind, step_ms) of a --log file."""
     rows = list(csv.DictReader(open(path)))
     if not rows or "loss" not in rows[0]:
         sys.exit(f"{path}: not an example's --log file (expected the columns step,loss,unsharded_loss,step_ms)")
     col = lambda k: [float(r[k]) for r in rows]
-    return col("step"), col("loss"), col("unsharded_loss"), col("step_ms")
+    kind = "val_loss" if "val_loss" in rows[0] else "unsharded_loss"
+    return col("step"), col("loss"), col(kind), kind, col("step_ms")
 
 
 def main():
@@ -37,11 +42,16 @@ def main():
     a = ap.parse_args()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for path in a.runs:
-        step, loss, whole, ms = read(path)
+        step, loss, other, kind, ms = read(path)
         label = os.path.splitext(os.path.basename(path))[0]
-        (line,) = top.plot(step, loss, lw=2, label=f"{label} (sharded)")
-        top.plot(step, whole, ls=":", lw=2, color="black", alpha=0.6,
-                 label="unsharded model" if path == a.runs[0] else None)
+        (line,) = top.plot(step, loss, lw=2 if kind == "unsharded_loss" else 1, label=f"{label} (sharded)")
+        if kind == "unsharded_loss":
+            top.plot(step, other, ls=":", lw=2, color="black", alpha=0.6,
+                     label="unsharded model" if path == a.runs[0] else None)
+        else:  # the validation loss, where it was measured (NaN elsewhere)
+            at = [(s, v) for s, v in zip(step, other) if v == v]
+            top.plot([s for s, _ in at], [v for _, v in at], "o-", color=line.get_color(), mec="black",
+                     label=f"{label} (validation)")
         bottom.plot(step, ms, lw=1.5, color=line.get_color(), label=label)
     top.set_yscale("log")
     top.set_ylabel("loss")

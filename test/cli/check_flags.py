@@ -31,8 +31,8 @@ import expect_exit  # noqa: E402  (the exit codes, read from the header)
 
 GROUPS = {
     "training": ["megatron_mlp", "sequence_parallel_mlp", "alltoall_attention", "dp_tp_mlp"],
-    "examples": ["megatron_mlp", "sequence_parallel_mlp", "alltoall_attention", "dp_tp_mlp", "reference_collectives"],
-    "bench": ["bench_collectives", "bench_mlp_step", "bench_checkpoint", "bench_gpu_vs_host"],
+    "examples": ["megatron_mlp", "sequence_parallel_mlp", "alltoall_attention", "dp_tp_mlp", "reference_collectives", "gpt2"],
+    "bench": ["bench_collectives", "bench_mlp_step", "bench_checkpoint", "bench_gpu_vs_host", "bench_gpt2_step"],
 }
 GROUPS["all"] = GROUPS["examples"] + GROUPS["bench"]
 COLUMNS = ["programs", "ranks", "arguments", "exit code", "the message holds"]

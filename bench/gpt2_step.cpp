@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+// One full training step of GPT-2 with tensor parallelism: the work of
+// bench/gpt2_step_torch.py (forward, mean cross-entropy, backward, clipping
+// to norm 1, AdamW lr 6e-4, betas (0.9, 0.95), weight decay 0.1 on the
+// matrices and embeddings), float32, GPT-2 small's sizes by default.
+//
+//   mpirun -n 2 build/bench/bench_gpt2_step [--batch 4 --seq 64 --steps 5 --warmup 2]
+//
+// The model is examples/gpt2/model.hpp split evenly (50257 vocabulary rows
+// over 2 ranks: 25129 + 25128, nothing padded), its optimizer and clipping
+// examples/gpt2/train.hpp. Prints one JSON object: the median over the
+// measured steps of the slowest rank's step time, tokens/s, the peak resident
+// memory (the largest rank's), the first step's loss, and the floor: the
+// step's matrix-product flops per rank over the GEMM rate measured here in the
+// same run, on every rank at once, on the step's MLP product (the faster of
+// Eigen's kernel and the BLAS's).
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <shardex.hpp>
+
+#include "../examples/gpt2/train.hpp"
+#include "../examples/support/command_line.hpp"
+#include "timing.hpp"
+
+using namespace shardex;
+using bench::median;
+
+namespace {
+
+double max_over_ranks(const mpi::Communicator& comm, double v) { return bench::max_over_ranks(comm.native(), v); }
+
+/// The flops of the step's matrix products over all ranks: forward (the q, k,
+/// v, output and MLP projections, the scores and their mix over the values
+/// (causal: half of each is skipped, counted whole, as the kernels compute
+/// whole tiles), the logits), and twice that backward.
+double step_flops(const gpt2::Config& c, std::int64_t batch, std::int64_t seq) {
+  const double n = double(batch * seq), d = double(c.width), v = double(c.vocab), l = double(c.layers);
+  const double per_layer = 2 * n * d * (3 * d + d + 8 * d) + 2 * 2 * double(batch) * double(seq) * double(seq) * d;
+  return 3 * (l * per_layer + 2 * n * d * v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpi::Environment env(argc, argv);
+  auto comm = mpi::Communicator::world();
+  gpt2::Config c;
+  std::int64_t batch = 4, seq = 64, steps = 5, warmup = 2, seed = 1;
+  CLI::App app("bench_gpt2_step: one GPT-2 training step with tensor parallelism (bench/gpt2_step_torch.py's work)",
+               "bench_gpt2_step");
+  command_line::configure(app);
+  using command_line::integer;
+  app.add_option("--layers", c.layers, "transformer blocks")->transform(integer(1, 4096));
+  app.add_option("--heads", c.heads, "attention heads")->transform(integer(1, 65536));
+  app.add_option("--width", c.width, "model width")->transform(integer(1, 1 << 20));
+  app.add_option("--context", c.context, "positions")->transform(integer(1, 1 << 24));
+  app.add_option("--vocab", c.vocab, "vocabulary")->transform(integer(1, 1 << 30));
+  app.add_option("--batch", batch, "sequences per batch")->transform(integer(1, 1 << 20));
+  app.add_option("--seq", seq, "tokens per sequence")->transform(integer(1, 1 << 24));
+  app.add_option("--steps", steps, "measured steps")->transform(integer(1, 1 << 20));
+  app.add_option("--warmup", warmup, "steps run first, not measured")->transform(integer(0, 1 << 20));
+  app.add_option("--seed", seed, "seed of the weights and the tokens")->transform(integer(0));
+  if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
+  return command_line::run("bench_gpt2_step", comm.rank(), [&] {
+    using T = float;
+    const int n = comm.size();
+    c.check();
+    if (seq > c.context) throw command_line::usage_error("--seq is longer than the context");
+    const auto split = gpt2::Split::proportional(c, std::vector<double>(static_cast<std::size_t>(n), 1.0));
+    gpt2::Model<T> model(comm, c, split, static_cast<std::uint64_t>(seed));
+    model.trainable();
+    gpt2::AdamW<T, Host> opt(model, AdamOptions{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
+    std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(batch * seq + 1));
+    for (auto& t : tokens) t = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.vocab));
+    const gpt2::Batch b = gpt2::batch_at(tokens, 0, batch, seq);
+    const auto ids = gpt2::ids_tensor<Host>(comm, b.inputs), targets = gpt2::ids_tensor<Host>(comm, b.targets);
+
+    double first_loss = 0;
+    std::vector<double> ms;
+    for (std::int64_t s = 0; s < warmup + steps; ++s) {
+      comm.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      const Tensor<T, Invariant> loss = model.loss(ids, targets, batch, seq);
+      backward(loss);
+      gpt2::clip_grad_norm(model, 1.0);
+      opt.step(model);
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+      if (s == 0) first_loss = double(loss.data()[0]);
+      if (s >= warmup) ms.push_back(max_over_ranks(comm, t));
+    }
+    const double step_ms = median(ms);
+
+    // The GEMM rate, every rank at once, on the MLP's first product (tokens x width x this rank's columns).
+    const std::int64_t cols = std::max<std::int64_t>(1, split.ffn[static_cast<std::size_t>(comm.rank())]);
+    const GemmShape shape = GemmShape::plain(batch * seq, c.width, cols);
+    std::vector<T> x(static_cast<std::size_t>(batch * seq * c.width), T(0.5)),
+        w(static_cast<std::size_t>(c.width * cols), T(0.25));
+    auto out = Host::allocate<T>(batch * seq * cols);
+    const auto rate = [&](host::GemmKernel k) {
+      std::vector<double> ts;
+      for (int i = 0; i < 4; ++i) {
+        comm.barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        host::gemm_with(k, shape, T(1), x.data(), w.data(), T(0), out.get());
+        ts.push_back(
+            max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      }
+      return 2.0 * double(batch * seq) * double(c.width) * double(cols) / *std::min_element(ts.begin() + 1, ts.end()) /
+             1e9;
+    };
+    const double eigen = rate(host::GemmKernel::eigen), blas = host::have_blas() ? rate(host::GemmKernel::blas) : 0.0;
+    const double gflops = std::max(eigen, blas);
+    const double flops_per_rank = step_flops(c, batch, seq) / double(n);
+    const double floor_ms = flops_per_rank / (gflops * 1e9) * 1e3;
+
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double rss_mib = max_over_ranks(comm, double(usage.ru_maxrss) / 1024.0);
+    if (comm.rank() == 0)
+      std::cout << "{\"bench\":\"gpt2_step\",\"impl\":\"shardex\",\"ranks\":" << n
+                << ",\"threads\":1,\"batch\":" << batch << ",\"seq\":" << seq << ",\"layers\":" << c.layers
+                << ",\"heads\":" << c.heads << ",\"width\":" << c.width << ",\"vocab\":" << c.vocab
+                << ",\"dtype\":\"float32\",\"step_ms\":" << step_ms
+                << ",\"tokens_per_s\":" << double(batch * seq) / (step_ms / 1e3) << ",\"peak_rss_mib\":" << rss_mib
+                << ",\"first_loss\":" << first_loss << ",\"steps\":" << steps
+                << ",\"step_gflop\":" << step_flops(c, batch, seq) / 1e9 << ",\"gemm_gflops_per_rank\":" << gflops
+                << ",\"gemm_gflops_eigen\":" << eigen << ",\"gemm_gflops_blas\":" << blas
+                << ",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << step_ms / floor_ms << "}" << std::endl;
+    return 0;
+  });
+}

@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: MIT
+// GPT-2 trained, evaluated and run with tensor parallelism on uneven shards:
+// the heads, the MLP's columns and the vocabulary rows split over the ranks in
+// proportion to their speeds, nothing padded (examples/gpt2/model.hpp).
+//
+//   mpirun -n 4 build/examples/gpt2 --speeds 1,2,3,4 --check --generate "The "
+//
+// trains a small GPT-2 on byte tokens of a text (by default the licence texts
+// every Debian system has in /usr/share/common-licenses), printing one line
+// per step and the validation loss every --eval-every steps, then a sample
+// of generated text, and (--check) the largest difference of the logits, the
+// loss and every gradient from the same model run unsharded. It exits
+// non-zero if that difference is beyond the tolerance or the loss did not
+// fall. Hugging Face's GPT-2 files in and out:
+//
+//   mpirun -n 3 build/examples/gpt2 --load gpt2/ --eval --data val.bin
+//   mpirun -n 3 build/examples/gpt2 --load gpt2/ --generate "Hello" --tokens 20 --steps 0
+//   mpirun -n 4 build/examples/gpt2 --steps 500 --save run/ --save-every 100
+//   mpirun -n 2 build/examples/gpt2 --steps 500 --resume run/        (another world size)
+//
+// --save DIR writes DIR/config.json and DIR/model.safetensors, which
+// GPT2LMHeadModel.from_pretrained(DIR) loads; the optimizer's moments, the
+// step and the data position ride in the same file (extra tensors, metadata).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <shardex/autodiff/lr_schedule.hpp>
+
+#include "gpt2/data.hpp"
+#include "gpt2/hf.hpp"
+#include "gpt2/model.hpp"
+#include "gpt2/train.hpp"
+#include "support/cli.hpp"
+
+using namespace shardex;
+
+namespace {
+
+struct Gpt2Flags : example::Flags {
+  // The model (when neither --load nor --resume gives one).
+  std::int64_t layers = 2, heads = 6, width = 96, context = 64, vocab = gpt2::byte_vocab;
+  // The data and the run.
+  std::string data = "/usr/share/common-licenses";
+  std::int64_t batch = 8, seq = 64, warmup = 20, eval_every = 50, eval_batches = 8, save_every = 0;
+  double min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0, val_fraction = 0.1;
+  std::string load, save, resume;
+  bool eval_only = false, check = false;
+  // Generation.
+  std::string prompt;
+  bool generate = false;
+  std::int64_t tokens = 64, top_k = 0;
+  double temperature = 0;
+};
+
+/// The checkpoint directory of --load PATH: the directory of a .safetensors file, else PATH itself.
+std::string checkpoint_dir(const std::string& path) {
+  const std::filesystem::path p(path);
+  if (p.extension() != ".safetensors" || std::filesystem::is_directory(p)) return path;
+  return p.has_parent_path() ? p.parent_path().string() : ".";
+}
+
+/// The model's sizes: from the checkpoint's config.json, or from the flags.
+gpt2::Config config_of(const mpi::Communicator& comm, const Gpt2Flags& f) {
+  const std::string& from = !f.resume.empty() ? f.resume : f.load;
+  if (!from.empty()) return gpt2::read_config(comm, checkpoint_dir(from) + "/config.json");
+  gpt2::Config c{.layers = f.layers, .heads = f.heads, .width = f.width, .context = f.context, .vocab = f.vocab};
+  c.check();
+  return c;
+}
+
+/// The weights file of --load PATH (a directory's model.safetensors, or PATH).
+std::string load_file(const std::string& path) {
+  return std::filesystem::path(path).extension() == ".safetensors" ? path : gpt2::weights_file(path);
+}
+
+/// A number as C++ streams write it by default (0.8, not 0.800000).
+std::string format_number(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+/// Tokens as text: byte tokens as their bytes, end_of_text as GPT-2 writes it.
+std::string as_text(const std::vector<std::int64_t>& ids, std::int64_t vocab) {
+  std::string s;
+  for (std::int64_t id : ids) {
+    if (vocab == gpt2::byte_vocab && id < 256)
+      s += static_cast<char>(id);
+    else if (vocab == gpt2::byte_vocab && id == gpt2::end_of_text)
+      s += "<|endoftext|>";
+    else
+      s += "[" + std::to_string(id) + "]";
+  }
+  return s;
+}
+
+/// The prompt as tokens: its bytes (a model of byte tokens), or ids "[464][3290]" / "464,3290" otherwise.
+std::vector<std::int64_t> prompt_tokens(const std::string& prompt, std::int64_t vocab) {
+  std::vector<std::int64_t> ids;
+  if (vocab == gpt2::byte_vocab) {
+    for (unsigned char c : prompt) ids.push_back(c);
+    return ids;
+  }
+  std::string digits;
+  for (char c : prompt + ",") {
+    if (c >= '0' && c <= '9') {
+      digits += c;
+    } else if (!digits.empty()) {
+      ids.push_back(std::stoll(digits)), digits.clear();
+      if (ids.back() >= vocab)
+        throw example::usage_error("--generate: token id " + std::to_string(ids.back()) +
+                                   " is beyond the vocabulary of " + std::to_string(vocab));
+    }
+  }
+  if (ids.empty())
+    throw example::usage_error(
+        "--generate: with a vocabulary of " + std::to_string(vocab) +
+        " (not byte tokens) the prompt is token ids, e.g. \"464,3290\"; no BPE tokenizer is built in (README.md)");
+  return ids;
+}
+
+/// The whole value of a tensor on the host (a sharded one gathered). Collective.
+template <class T, LayoutTag L, class Dev>
+Tensor<T, Invariant> gathered(const Tensor<T, L, Dev>& x) {
+  const auto h = gpt2::host_copy(x);
+  if constexpr (is_sharded_v<L>)
+    return eager::all_gather<Invariant>(h);
+  else
+    return Tensor<T, Invariant>::from_local(detail::control_of(x.comm()), h.shape(),
+                                            std::span<const T>(h.data(), h.size()));
+}
+
+/// The largest |element| of a tensor.
+template <class T>
+double largest(const Tensor<T, Invariant>& x) {
+  double m = 0;
+  for (std::int64_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x.data()[i])));
+  return m;
+}
+
+/// max |a - b| / scale (by default the largest |element| of b); NaN for a non-finite element.
+template <class T>
+double rel_diff(const Tensor<T, Invariant>& a, const Tensor<T, Invariant>& b, double scale) {
+  if (a.size() != b.size()) return INFINITY;
+  double diff = 0;
+  for (std::int64_t i = 0; i < a.size(); ++i) {
+    const double x = a.data()[i], y = b.data()[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) return NAN;
+    diff = std::max(diff, std::abs(x - y));
+  }
+  return diff / std::max(scale, 1e-300);
+}
+
+/// --check: the logits, the loss and every gradient of the first validation
+/// batch, sharded against the same weights on one rank (rank 0 runs it);
+/// returns the largest relative difference (the same on every rank).
+template <class T, class Dev>
+double unsharded_difference(const mpi::Communicator& comm, gpt2::Model<T, Dev>& model, const gpt2::Dataset& data,
+                            std::int64_t batch, std::int64_t seq, std::string& worst_name) {
+  const gpt2::Batch b = data.validation(0);
+  const auto& dcomm = model.comm();
+  const auto logits = model.logits(gpt2::ids_tensor<Dev>(dcomm, b.inputs), batch, seq);
+  const Tensor<T, Invariant, Dev> loss = cross_entropy(logits, gpt2::ids_tensor<Dev>(dcomm, b.targets));
+  backward(loss);
+  std::vector<std::pair<std::string, Tensor<T, Invariant>>> sharded = {{"logits", gathered(logits)},
+                                                                       {"loss", gathered(loss)}};
+  std::vector<Tensor<T, Invariant>> weights;
+  model.for_each_parameter([&](const std::string& name, auto& p) {
+    weights.push_back(gathered(p.detach()));
+    sharded.emplace_back(name + " grad", gathered(p.grad()));
+    p.zero_grad();
+  });
+  const mpi::Communicator alone = comm.split(comm.rank(), 0);
+  double worst = 0;
+  if (comm.rank() == 0) {
+    gpt2::Model<T> whole(alone, model.config(), gpt2::Split::whole(model.config()), 1);
+    whole.trainable();
+    std::size_t i = 0;
+    whole.for_each_parameter([&](const std::string&, auto& p) {
+      copy_elements<Host>(weights[i].data(), p.data(), p.size());
+      ++i;
+    });
+    const auto wl = whole.logits(gpt2::ids_tensor<Host>(alone, b.inputs), batch, seq);
+    const Tensor<T, Invariant> wloss = cross_entropy(wl, gpt2::ids_tensor<Host>(alone, b.targets));
+    backward(wloss);
+    std::vector<Tensor<T, Invariant>> ref = {gathered(wl), gathered(wloss)};
+    whole.for_each_parameter([&](const std::string&, auto& p) { ref.push_back(gathered(p.grad())); });
+    // The keys' bias shifts every score of a query alike, which the softmax
+    // ignores: its gradient is zero but for rounding, which is measured
+    // against the scale of the keys' weight gradient instead.
+    double k_weight_scale = 0;
+    for (std::size_t k = 0; k < ref.size(); ++k) {
+      const std::string& name = sharded[k].first;
+      if (name.find(".attn.k.weight") != std::string::npos) k_weight_scale = largest(ref[k]);
+      const bool k_bias = name.find(".attn.k.bias") != std::string::npos;
+      const double d = rel_diff(sharded[k].second, ref[k], k_bias ? k_weight_scale : largest(ref[k]));
+      if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d, worst_name = sharded[k].first;
+    }
+  }
+  comm.broadcast(&worst, 1, 0);
+  std::int64_t len = static_cast<std::int64_t>(worst_name.size());
+  comm.broadcast(&len, 1, 0);
+  worst_name.resize(static_cast<std::size_t>(len));
+  comm.broadcast(worst_name.data(), len, 0);
+  return worst;
+}
+
+/// --log: one CSV line per step (and the validation loss where it was measured).
+struct Log {
+  std::ofstream out;
+  explicit Log(const std::string& path, bool writer) {
+    if (path.empty() || !writer) return;
+    out.open(path);
+    if (!out) throw std::runtime_error("--log " + path + ": cannot open the file for writing");
+    out << "step,loss,val_loss,lr,grad_norm,step_ms,tokens_per_s\n" << std::setprecision(8);
+  }
+  void line(std::int64_t step, double loss, double val, double lr, double norm, double ms, double tps) {
+    if (out.is_open())
+      out << step << ',' << loss << ',' << val << ',' << lr << ',' << norm << ',' << ms << ',' << tps << '\n';
+  }
+};
+
+template <class T, class Dev>
+int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
+  const auto dcomm = example::device_comm<Dev>(comm);
+  const gpt2::Config config = config_of(comm, f);
+  if (f.seq > config.context)
+    throw example::usage_error("--seq " + std::to_string(f.seq) + " is longer than the model's context of " +
+                               std::to_string(config.context));
+  const auto speeds = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.batch * f.seq, config.width, config.ffn()));
+  const gpt2::Split split = gpt2::Split::proportional(config, speeds);
+  const bool talk = comm.rank() == 0;
+  if (talk)
+    std::cout << "gpt2: " << comm.size() << " ranks, " << config.str() << ", " << dtype_name<T>() << "\n"
+              << "  heads " << to_string(split.heads) << ", MLP columns " << to_string(split.ffn)
+              << ", vocabulary rows " << to_string(split.vocab) << "\n";
+  const auto seed = static_cast<std::uint64_t>(f.seed);
+  gpt2::Model<T, Dev> model(dcomm, config, split, seed);
+  model.trainable();
+  if (!f.load.empty()) {
+    gpt2::load_hf(model, load_file(f.load));
+    if (talk) std::cout << "  loaded " << load_file(f.load) << "\n";
+  }
+
+  // --eval: the loaded weights' mean loss over batches from the first token, nothing else.
+  const bool needs_data = f.eval_only || f.steps > 0 || f.check;
+  std::optional<gpt2::Tokens> tokens;
+  if (needs_data) tokens = gpt2::read_tokens(comm, f.data, config.vocab, f.batch * f.seq + 1);
+  if (f.eval_only) {
+    const std::int64_t per = f.batch * f.seq, n = std::min(f.eval_batches, (tokens->size() - 1) / per);
+    double sum = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const gpt2::Batch b = gpt2::batch_at(tokens->ids, i * per, f.batch, f.seq);
+      sum += gpt2::value_of(
+          model.loss(gpt2::ids_tensor<Dev>(dcomm, b.inputs), gpt2::ids_tensor<Dev>(dcomm, b.targets), f.batch, f.seq));
+    }
+    if (talk)
+      std::cout << "eval loss: " << std::setprecision(6) << sum / double(n) << " (" << n << " batches of " << f.batch
+                << " x " << f.seq << " tokens of " << tokens->source << ")\n";
+    return 0;
+  }
+
+  std::optional<gpt2::Dataset> data;
+  if (tokens) {
+    data.emplace(std::move(*tokens), f.val_fraction, f.batch, f.seq);
+    if (talk)
+      std::cout << "  data: " << data->source() << ": " << data->train_size() << " tokens to train on, "
+                << data->val_size() << " held out\n";
+  }
+  const double peak = example::learning_rate(f, 0, 1);
+  gpt2::AdamW<T, Dev> opt(model, AdamOptions{.lr = peak, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = f.weight_decay});
+  gpt2::TrainingState state{0, 0, seed};
+  if (!f.resume.empty()) {
+    state = gpt2::resume_checkpoint(f.resume, model, opt);
+    if (data) data->set_position(state.data_position);
+    if (talk) std::cout << "  resumed " << gpt2::weights_file(f.resume) << " at step " << state.step << "\n";
+  }
+  const WarmupCosine schedule{.peak = peak,
+                              .floor = peak * f.min_lr_ratio,
+                              .warmup = std::min(f.warmup, f.steps),
+                              .total = std::max<std::int64_t>(f.steps, 1)};
+  Log log(f.log, talk);
+  std::vector<double> losses;
+  double val = NAN;
+  const auto validate = [&] {
+    val = gpt2::validation_loss(model, *data, f.batch, f.seq, f.eval_batches);
+    return val;
+  };
+  for (std::int64_t step = state.step; step < f.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const gpt2::Batch b = data->next();
+    const auto loss =
+        model.loss(gpt2::ids_tensor<Dev>(dcomm, b.inputs), gpt2::ids_tensor<Dev>(dcomm, b.targets), f.batch, f.seq);
+    backward(loss);
+    const double norm = gpt2::clip_grad_norm(model, f.clip);
+    const double lr = schedule(step);
+    opt.set_lr(lr);
+    opt.step(model);
+    losses.push_back(gpt2::value_of(loss));
+    example::check_finite_loss(losses.back(), step, lr);
+    const double ms = example::seconds_since(t0) * 1e3, tps = double(f.batch * f.seq) / (ms / 1e3);
+    const bool eval_now = f.eval_every > 0 && ((step + 1) % f.eval_every == 0 || step + 1 == f.steps);
+    val = eval_now ? validate() : NAN;
+    if (talk) {
+      std::cout << "step " << std::setw(4) << step + 1 << "/" << f.steps << "  loss " << std::fixed
+                << std::setprecision(4) << losses.back() << "  lr " << std::scientific << std::setprecision(2) << lr
+                << "  norm " << std::fixed << std::setprecision(3) << norm << "  " << std::setprecision(1) << ms
+                << " ms  " << std::setprecision(0) << tps << " tokens/s";
+      if (eval_now) std::cout << "  val loss " << std::setprecision(4) << val;
+      std::cout << std::defaultfloat << "\n";
+    }
+    log.line(step + 1, losses.back(), val, lr, norm, ms, tps);
+    state.step = step + 1, state.data_position = data->position();
+    if (!f.save.empty() && f.save_every > 0 && state.step % f.save_every == 0 && state.step < f.steps)
+      gpt2::save_checkpoint(f.save, model, &opt, state);
+  }
+  if (!f.save.empty()) {
+    gpt2::save_checkpoint(f.save, model, &opt, state);
+    if (talk) std::cout << "saved " << f.save << " (config.json, model.safetensors) at step " << state.step << "\n";
+  }
+
+  if (f.generate) {
+    const gpt2::Sampling how{f.temperature, f.top_k, seed};
+    const auto prompt = prompt_tokens(f.prompt, config.vocab);
+    const auto out = gpt2::generate(model, prompt, f.tokens, how);
+    if (talk)
+      std::cout << "generated (" << (f.temperature > 0 ? "temperature " + format_number(f.temperature) : "greedy")
+                << (f.top_k > 0 ? ", top-k " + std::to_string(f.top_k) : "") << "):\n"
+                << as_text(prompt, config.vocab) << as_text(out, config.vocab) << "\n";
+  }
+
+  int code = 0;
+  if (f.check) {
+    std::string where;
+    const double d = unsharded_difference(comm, model, *data, f.batch, f.seq, where);
+    const double tol = std::same_as<T, double> ? 1e-12 : 1e-4;
+    if (talk)
+      std::cout << "max relative difference from the unsharded model: " << std::scientific << std::setprecision(2) << d
+                << " (" << where << "; tolerance " << tol << ")\n"
+                << std::defaultfloat;
+    if (!(d <= tol)) code = command_line::as_int(example::exit_code::differs);
+  }
+  if (!losses.empty()) {
+    // Did it learn: the mean loss of the first tenth of the steps against the last tenth.
+    const std::size_t k = std::max<std::size_t>(1, losses.size() / 10);
+    double first = 0, last = 0;
+    for (std::size_t i = 0; i < k; ++i) first += losses[i], last += losses[losses.size() - 1 - i];
+    first /= double(k), last /= double(k);
+    const bool judged = losses.size() >= 20 && state.step == f.steps && f.resume.empty();
+    if (talk) {
+      std::cout << "mean loss of the first " << k << " steps " << std::setprecision(4) << first << " -> last " << k
+                << " steps " << last;
+      if (!std::isnan(val)) std::cout << "; validation loss " << val;
+      std::cout << (!judged        ? " (not judged: fewer than 20 steps, or a resumed run)"
+                    : last < first ? " (went down)"
+                                   : " (DID NOT GO DOWN)")
+                << std::defaultfloat << "\n";
+    }
+    if (judged && !(last < first) && code == 0) code = command_line::as_int(example::exit_code::did_not_learn);
+  }
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpi::Environment env(argc, argv);
+  const auto comm = mpi::Communicator::world();
+  CLI::App app("gpt2: GPT-2 trained, evaluated and run with tensor parallelism on uneven shards", "gpt2");
+  command_line::configure(app);
+  Gpt2Flags f;
+  // Defaults for the small model of byte tokens (the main example): 400 steps,
+  // a rate a model 96 wide trains well at (GPT-2 small: --lr 6e-4).
+  f.steps = 400;
+  f.lr = "3e-3";
+  using command_line::integer;
+  using command_line::real;
+  app.add_option("--layers", f.layers, "transformer blocks (a new model)")->transform(integer(1, 4096));
+  app.add_option("--heads", f.heads, "attention heads (a new model; they must divide --width)")
+      ->transform(integer(1, 65536));
+  app.add_option("--width", f.width, "model width n_embd (a new model)")->transform(integer(1, 1 << 20));
+  app.add_option("--context", f.context, "positions n_positions (a new model)")->transform(integer(1, 1 << 24));
+  app.add_option("--vocab", f.vocab, "vocabulary (a new model; 257: byte tokens)")->transform(integer(1, 1 << 30));
+  app.add_option("--data", f.data,
+                 "training text: a UTF-8 file (bytes as tokens), a directory of them, or a .bin of uint16 token ids");
+  app.add_option("--val-fraction", f.val_fraction, "the tail of the data held out for validation")
+      ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--batch", f.batch, "sequences per batch")->transform(integer(1));
+  app.add_option("--seq", f.seq, "tokens per sequence (at most the context)")->transform(integer(1));
+  app.add_option("--steps", f.steps, "the run's training steps in all (a resumed run continues to it)")
+      ->transform(integer(0));
+  app.add_option("--lr", f.lr, "peak learning rate (AdamW, after the warm-up, then cosine decay)")
+      ->check(real(0, true));
+  app.add_option("--min-lr-ratio", f.min_lr_ratio, "the learning rate at the last step, over the peak")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup", f.warmup, "warm-up steps")->transform(integer(0));
+  app.add_option("--weight-decay", f.weight_decay, "AdamW's decoupled weight decay (matrices and embeddings)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--clip", f.clip, "clip the gradients to this norm (0: no clipping)")->check(real(0, false));
+  app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: never)")->transform(integer(0));
+  app.add_option("--eval-batches", f.eval_batches, "batches of the validation loss and of --eval")
+      ->transform(integer(1));
+  app.add_flag("--eval", f.eval_only, "only print the loaded weights' loss on --data (from its first token) and exit");
+  app.add_option("--load", f.load, "a Hugging Face GPT-2: a directory with config.json and model.safetensors");
+  app.add_option("--save", f.save,
+                 "write config.json and model.safetensors (with the training state) to this directory");
+  app.add_option("--save-every", f.save_every, "also save every N steps (0: at the end only)")->transform(integer(0));
+  app.add_option("--resume", f.resume, "continue a run from a directory --save wrote (any world size and speeds)");
+  app.add_option("--generate", f.prompt, "generate a continuation of this prompt after training");
+  app.add_option("--tokens", f.tokens, "tokens to generate")->transform(integer(0));
+  app.add_option("--temperature", f.temperature, "0: greedy; else sample from softmax(logits / temperature)")
+      ->check(real(0, false));
+  app.add_option("--top-k", f.top_k, "sample among the k most likely tokens (0: all)")->transform(integer(0));
+  app.add_flag("--check", f.check, "compare the logits, loss and gradients with the model run unsharded");
+  example::add_speeds(app, f, comm.size());
+  app.add_option("--seed", f.seed, "seed of the initial weights and of sampling")->transform(integer(0));
+  app.add_option("--dtype", f.dtype, "element type")->check(CLI::IsMember({"float", "double"}));
+  app.add_option("--backend", f.backend, "mpi: host tensors; nccl: GPUs")->check(CLI::IsMember({"mpi", "nccl"}));
+  app.add_option("--log", f.log, "rank 0 writes each step's loss, validation loss, lr and time to this CSV file");
+  app.callback([&f, &app] {
+    f.generate = app.count("--generate") > 0;
+    if (f.eval_only && f.load.empty()) throw CLI::ValidationError("--eval evaluates loaded weights: give --load DIR");
+    if (!f.load.empty() && !f.resume.empty())
+      throw CLI::ValidationError("--load and --resume both give the weights: give one");
+  });
+  if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
+  return command_line::run("gpt2", comm.rank(), [&] {
+    const auto body = [&](auto t, auto dev) { return run<decltype(t), decltype(dev)>(comm, f); };
+    if (f.backend == "mpi") return example::with_dtype(f, [&](auto t) { return body(t, Host{}); });
+#if defined(SHARDEX_WITH_GPU)
+    if (const std::string why = nccl::unavailable_reason(comm); !why.empty()) {
+      if (comm.rank() == 0) std::cout << "gpt2: --backend nccl skipped: " << why << "\n";
+      return command_line::as_int(example::exit_code::skip);
+    }
+    return example::with_dtype(f, [&](auto t) { return body(t, Cuda{}); });
+#else
+    throw example::refused("--backend nccl: this build has no GPU backend");
+#endif
+  });
+}

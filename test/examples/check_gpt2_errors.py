@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Bad input to examples/gpt2 is a clear error, never a hang or a crash (issue #26).
+
+    check_gpt2_errors.py GPT2 MPIRUN [MPIRUN_ARGS...]
+
+Each case runs gpt2 on 2 ranks with one bad input (a config whose heads do not
+divide the width, a checkpoint whose tensors do not match its config, token
+ids beyond the vocabulary, a --seq longer than the context, truncated and
+corrupt files) and must exit with its code (1: an error; 64: a bad command
+line) within a deadline, printing the phrase that names the problem.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SMALL = ["--layers", "1", "--heads", "2", "--width", "8", "--context", "16", "--batch", "2", "--seq", "8",
+         "--eval-every", "0"]
+
+
+def main():
+    gpt2, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    failures = []
+    with tempfile.TemporaryDirectory() as d:
+        text = os.path.join(d, "text.txt")
+        with open(text, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog. " * 40)
+        # A checkpoint to spoil: one step of the small model.
+        good = os.path.join(d, "good")
+        p = subprocess.run([mpirun] + args + ["-n", "2", gpt2, "--data", text, "--steps", "1", "--save", good] + SMALL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        if p.returncode != 0:
+            sys.exit("check_gpt2_errors: the good run failed:\n" + p.stdout)
+        config = json.load(open(os.path.join(good, "config.json")))
+        weights = open(os.path.join(good, "model.safetensors"), "rb").read()
+
+        def checkpoint(name, config_changes=None, weights_bytes=None, config_text=None):
+            path = os.path.join(d, name)
+            os.makedirs(path)
+            with open(os.path.join(path, "config.json"), "w") as f:
+                f.write(config_text if config_text is not None else json.dumps(dict(config, **(config_changes or {}))))
+            open(os.path.join(path, "model.safetensors"), "wb").write(weights if weights_bytes is None else weights_bytes)
+            return path
+
+        def data_file(name, content):
+            path = os.path.join(d, name)
+            open(path, "wb").write(content)
+            return path
+
+        ids = b"".join(i.to_bytes(2, "little") for i in [1, 2, 3, 300, 4] * 40)
+        cases = [
+            ("heads that do not divide the width", ["--heads", "5", "--width", "8"], "error",
+             "the heads (5) must divide the width (8)"),
+            ("config.json: heads that do not divide the width", ["--load", checkpoint("heads", {"n_head": 3})],
+             "error", "the heads (3) must divide the width (8)"),
+            ("config.json: a layer more than the weights", ["--load", checkpoint("layers", {"n_layer": 2})],
+             "error", "transformer.h.1.ln_1.weight"),
+            ("config.json: another vocabulary", ["--load", checkpoint("vocab", {"vocab_size": 300})],
+             "error", "transformer.wte.weight"),
+            ("config.json: not JSON", ["--load", checkpoint("notjson", config_text="{")], "error", "is not JSON"),
+            ("no config.json", ["--load", os.path.join(d, "nothing")], "error", "cannot read the config"),
+            ("truncated weights", ["--load", checkpoint("truncated", weights_bytes=weights[: len(weights) // 2])],
+             "error", "model.safetensors"),
+            ("corrupt weights header", ["--load", checkpoint("corrupt", weights_bytes=b"\xff" * 64)],
+             "error", "model.safetensors"),
+            ("token ids beyond the vocabulary", ["--data", data_file("ids.bin", ids)], "error",
+             "token 3 of " + os.path.join(d, "ids.bin") + " (uint16 token ids) is 300, beyond the model's vocabulary of 257"),
+            ("truncated token file", ["--data", data_file("odd.bin", ids[:-1])], "error", "an odd number"),
+            ("too few tokens", ["--data", data_file("short.txt", b"abc")], "error", "fewer than the 17 needed"),
+            ("a missing data file", ["--data", os.path.join(d, "nothing.txt")], "error", "cannot open"),
+            ("--seq longer than the context", ["--seq", "17"], "usage",
+             "--seq 17 is longer than the model's context of 16"),
+        ]
+        codes = {"error": 1, "usage": 64}
+        for what, extra, code, phrase in cases:
+            cmd = [mpirun] + args + ["-n", "2", gpt2, "--data", text, "--steps", "2"] + SMALL + extra
+            try:
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                failures.append(f"{what}: no end within 60 s (a hang)")
+                continue
+            ok = p.returncode == codes[code] and phrase in p.stdout
+            print(f"{'ok  ' if ok else 'FAIL'} {what}: exit {p.returncode}; "
+                  f"{next((l for l in p.stdout.splitlines() if phrase in l), p.stdout.strip()[-300:])}")
+            if not ok:
+                failures.append(f"{what}: exit {p.returncode} (want {codes[code]}), phrase {phrase!r}:\n{p.stdout}")
+    if failures:
+        sys.exit("check_gpt2_errors:\n" + "\n".join(failures))
+    print("gpt2: every bad input is a named error")
+
+
+if __name__ == "__main__":
+    main()
