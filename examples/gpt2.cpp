@@ -46,7 +46,7 @@ struct Gpt2Flags : example::Flags {
   std::int64_t batch = 8, seq = 64, warmup = 20, eval_every = 50, eval_batches = 8, save_every = 0;
   double min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0, val_fraction = 0.1;
   std::string load, save, resume;
-  bool eval_only = false, check = false;
+  bool eval_only = false, check = false, sequence_parallel = false;
   // Generation.
   std::string prompt;
   bool generate = false;
@@ -235,10 +235,11 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   if (talk)
     std::cout << "gpt2: " << comm.size() << " ranks, " << config.str() << ", " << dtype_name<T>() << "\n"
               << "  heads " << to_string(split.heads) << ", MLP columns " << to_string(split.ffn)
-              << ", vocabulary rows " << to_string(split.vocab) << "\n";
+              << ", vocabulary rows " << to_string(split.vocab)
+              << (f.sequence_parallel ? ", tokens " + to_string(split.tokens(f.batch * f.seq)) : "") << "\n";
   const auto seed = static_cast<std::uint64_t>(f.seed);
   gpt2::Model<T, Dev> model(dcomm, config, split, seed);
-  model.trainable();
+  model.trainable().sequence_parallel(f.sequence_parallel);
   if (!f.load.empty()) {
     gpt2::load_hf(model, load_file(f.load));
     if (talk) std::cout << "  loaded " << load_file(f.load) << "\n";
@@ -413,6 +414,8 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", f.temperature, "0: greedy; else sample from softmax(logits / temperature)")
       ->check(real(0, false));
   app.add_option("--top-k", f.top_k, "sample among the k most likely tokens (0: all)")->transform(integer(0));
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "shard the residual stream and the norms along the tokens (Megatron's sequence parallelism)");
   app.add_flag("--check", f.check, "compare the logits, loss and gradients with the model run unsharded");
   example::add_speeds(app, f, comm.size());
   app.add_option("--seed", f.seed, "seed of the initial weights and of sampling")->transform(integer(0));

@@ -69,6 +69,12 @@ struct Split {
     return cols;
   }
 
+  /// The tokens of each rank under sequence parallelism: `n` in proportion
+  /// to the MLP's columns (so to the speeds the split was made from).
+  [[nodiscard]] std::vector<std::int64_t> tokens(std::int64_t n) const {
+    return shardex::proportional_lengths(n, std::vector<double>(ffn.begin(), ffn.end()));
+  }
+
   /// @throws shardex::invalid_argument unless each list has one length per rank summing to its size.
   void check(const Config& c, int ranks) const {
     const auto fits = [ranks](const std::vector<std::int64_t>& ls, std::int64_t total, const char* what) {

@@ -162,29 +162,32 @@ public:
   /// @throws shardex::invalid_argument for a seq longer than the context or ids of the wrong size.
   Tensor<T, Sharded<1>, Dev> logits(const Ids& ids, std::int64_t batch, std::int64_t seq) const {
     check_tokens(ids, batch, seq);
-    const double eps = config_.eps;
-    const std::int64_t dh = config_.head_dim();
-    Tensor<T, Invariant, Dev> h =
-        shardex::all_reduce<Invariant>(shardex::embedding(ids, wte_)) + shardex::embedding(positions(batch, seq), wpe_);
-    for (const Block<T, Dev>& b : blocks_) {
-      const Tensor<T, Replicated, Dev> a = shardex::replicate(shardex::layer_norm(h, b.ln1_w, b.ln1_b, eps));
-      const Tensor<T, Sharded<1>, Dev> q = shardex::add_bias(shardex::matmul(a, b.wq), b.bq);
-      const Tensor<T, Sharded<1>, Dev> k = shardex::add_bias(shardex::matmul(a, b.wk), b.bk);
-      const Tensor<T, Sharded<1>, Dev> v = shardex::add_bias(shardex::matmul(a, b.wv), b.bv);
-      const auto y = shardex::causal_attention(shardex::split_heads(q, batch, dh), shardex::split_heads(k, batch, dh),
-                                               shardex::split_heads(v, batch, dh));
-      const Tensor<T, Invariant, Dev> attn =
-          shardex::add_bias(shardex::all_reduce<Invariant>(shardex::matmul(shardex::merge_heads(y), b.wo)), b.bo);
-      const Tensor<T, Invariant, Dev> h1 = h + attn;
-      const Tensor<T, Replicated, Dev> m = shardex::replicate(shardex::layer_norm(h1, b.ln2_w, b.ln2_b, eps));
-      const Tensor<T, Sharded<1>, Dev> u = shardex::gelu(shardex::add_bias(shardex::matmul(m, b.wfc), b.bfc));
-      const Tensor<T, Invariant, Dev> mlp =
-          shardex::add_bias(shardex::all_reduce<Invariant>(shardex::matmul(u, b.wproj)), b.bproj);
-      h = h1 + mlp;
-    }
-    const Tensor<T, Replicated, Dev> out = shardex::replicate(shardex::layer_norm(h, lnf_w_, lnf_b_, eps));
-    return shardex::matmul(out, shardex::transpose(wte_));
+    if (!sequence_parallel_)
+      return through_blocks(Tensor<T, Invariant, Dev>(shardex::all_reduce<Invariant>(shardex::embedding(ids, wte_)) +
+                                                      shardex::embedding(positions(batch, seq), wpe_)),
+                            batch, {});
+    // Sequence parallelism: the residual stream's rows (the batch's tokens)
+    // split over the ranks, each rank adding its rows' position embeddings.
+    const layout_mapping<Sharded<0>> rows(token_lengths(batch * seq));
+    return through_blocks(
+        Tensor<T, Sharded<0>, Dev>(shardex::reduce_scatter<Sharded<0>>(shardex::embedding(ids, wte_), rows) +
+                                   shardex::embedding(positions_of_rows(batch, seq, rows), shardex::replicate(wpe_))),
+        batch, rows);
   }
+
+  /// Megatron's sequence parallelism (off by default): the residual stream and
+  /// the layer norms sharded along the tokens (in proportion to the MLP's
+  /// split, so to the ranks' speeds), an all-gather entering each
+  /// tensor-parallel region and a reduce-scatter leaving it instead of the
+  /// all-reduce; the same logits and gradients.
+  Model& sequence_parallel(bool on) {
+    sequence_parallel_ = on;
+    return *this;
+  }
+  [[nodiscard]] bool sequence_parallel() const noexcept { return sequence_parallel_; }
+
+  /// The tokens of each rank under sequence parallelism (Split::tokens).
+  [[nodiscard]] std::vector<std::int64_t> token_lengths(std::int64_t n) const { return split_.tokens(n); }
 
   /// The mean cross-entropy of the next tokens `targets` (batch x seq).
   Tensor<T, Invariant, Dev> loss(const Ids& ids, const Ids& targets, std::int64_t batch, std::int64_t seq) const {
@@ -205,6 +208,67 @@ private:
                                       " tokens, but they are " + ids.describe());
   }
 
+  /// The blocks and the output layer from the residual stream h: Invariant
+  /// (tensor parallelism) or Sharded<0> on the tokens in `rows` (sequence
+  /// parallelism), whose layout picks each region's entry and exit.
+  template <shardex::LayoutTag H>
+  Tensor<T, Sharded<1>, Dev> through_blocks(Tensor<T, H, Dev> h, std::int64_t batch,
+                                            const layout_mapping<Sharded<0>>& rows) const {
+    constexpr bool sp = shardex::is_sharded_v<H>;
+    const double eps = config_.eps;
+    const std::int64_t dh = config_.head_dim();
+    // Entering a tensor-parallel region: the whole input on every rank (f: nothing forward; SP: an all-gather).
+    const auto enter = [](const Tensor<T, H, Dev>& x) -> Tensor<T, Replicated, Dev> {
+      if constexpr (sp)
+        return shardex::all_gather(x);
+      else
+        return shardex::replicate(x);
+    };
+    // Leaving it: the partial sums of the row-parallel product summed (g: an all-reduce; SP: a reduce-scatter).
+    const auto leave = [&rows](const auto& partial) -> Tensor<T, H, Dev> {
+      if constexpr (sp)
+        return shardex::reduce_scatter<Sharded<0>>(partial, rows);
+      else
+        return shardex::all_reduce<Invariant>(partial);
+    };
+    // A norm of sharded rows takes its weights replicated: the adjoint all-reduces their gradients.
+    const auto norm = [eps](const Tensor<T, H, Dev>& x, const Tensor<T, Invariant, Dev>& w,
+                            const Tensor<T, Invariant, Dev>& b) -> Tensor<T, H, Dev> {
+      if constexpr (sp)
+        return shardex::layer_norm(x, shardex::replicate(w), shardex::replicate(b), eps);
+      else
+        return shardex::layer_norm(x, w, b, eps);
+    };
+    const auto bias = [](const Tensor<T, H, Dev>& x, const Tensor<T, Invariant, Dev>& b) -> Tensor<T, H, Dev> {
+      if constexpr (sp)
+        return shardex::add_bias(x, shardex::replicate(b));
+      else
+        return shardex::add_bias(x, b);
+    };
+    for (const Block<T, Dev>& b : blocks_) {
+      const Tensor<T, Replicated, Dev> a = enter(norm(h, b.ln1_w, b.ln1_b));
+      const Tensor<T, Sharded<1>, Dev> q = shardex::add_bias(shardex::matmul(a, b.wq), b.bq);
+      const Tensor<T, Sharded<1>, Dev> k = shardex::add_bias(shardex::matmul(a, b.wk), b.bk);
+      const Tensor<T, Sharded<1>, Dev> v = shardex::add_bias(shardex::matmul(a, b.wv), b.bv);
+      const auto y = shardex::causal_attention(shardex::split_heads(q, batch, dh), shardex::split_heads(k, batch, dh),
+                                               shardex::split_heads(v, batch, dh));
+      const Tensor<T, H, Dev> h1 = h + bias(leave(shardex::matmul(shardex::merge_heads(y), b.wo)), b.bo);
+      const Tensor<T, Replicated, Dev> m = enter(norm(h1, b.ln2_w, b.ln2_b));
+      const Tensor<T, Sharded<1>, Dev> u = shardex::gelu(shardex::add_bias(shardex::matmul(m, b.wfc), b.bfc));
+      h = h1 + bias(leave(shardex::matmul(u, b.wproj)), b.bproj);
+    }
+    return shardex::matmul(enter(norm(h, lnf_w_, lnf_b_)), shardex::transpose(wte_));
+  }
+
+  /// The positions of the tokens of `rows` (Sharded<0>): global token i is at i % seq.
+  Tensor<std::int64_t, Sharded<0>, Dev> positions_of_rows(std::int64_t batch, std::int64_t seq,
+                                                          const layout_mapping<Sharded<0>>& rows) const {
+    return on_device<Dev>(Tensor<std::int64_t, Sharded<0>>::from_function(
+                              shardex::detail::control_of(comm_), {batch * seq},
+                              [seq](std::span<const std::int64_t> i) { return i[0] % seq; }, rows),
+                          comm_);
+  }
+
   /// The position of every token in its sequence: 0 .. seq - 1, batch times.
   Ids positions(std::int64_t batch, std::int64_t seq) const {
     std::vector<std::int64_t> pos(static_cast<std::size_t>(batch * seq));
@@ -221,6 +285,7 @@ private:
   Tensor<T, Invariant, Dev> wpe_;   // (context, width)
   std::vector<Block<T, Dev>> blocks_;
   Tensor<T, Invariant, Dev> lnf_w_, lnf_b_;
+  bool sequence_parallel_ = false;
 };
 
 }  // namespace gpt2

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -129,34 +130,55 @@ TEST_CASE("GPT-2 on uneven shards equals the unsharded model: logits, loss and e
   CHECK(std::isfinite(loss1.data()[0]));
   CHECK(want_grads.size() == 4 + 16 * 2);
 
-  for (const gpt2::Split& s : splits(c)) {
-    CAPTURE(to_string(s));
-    gpt2::Model<double> model(world(), c, s, 7);
-    model.trainable();
-    Tensor<double, Sharded<1>> logits = model.logits(ids, batch, seq);
-    CHECK(logits.local_shape()[1] == s.vocab[static_cast<std::size_t>(world().rank())]);
-    Tensor<double, Invariant> loss = cross_entropy(logits, targets);
-    backward(loss);
-    CHECK(rel_diff(whole(logits), want_logits) <= 1e-12);
-    CHECK(std::abs(loss.data()[0] - loss1.data()[0]) <= 1e-12 * std::abs(loss1.data()[0]));
-    const auto grads = gradients(model);
-    for (const auto& entry : grads) {  // (not a structured binding: CAPTURE's lambda takes the name)
-      const std::string& name = entry.first;
-      const std::vector<double>& g = entry.second;
-      CAPTURE(name);
-      if (name.ends_with("attn.k.bias")) {
-        // Mathematically zero (a shift of every key by the same bias shifts a
-        // query's scores alike, which the softmax ignores): both rounding
-        // noise, far below the k weight's gradient.
-        const std::string weight = name.substr(0, name.size() - 4) + "weight";
-        CHECK(max_abs(g) <= 1e-12 * max_abs(grads.at(weight)));
-        CHECK(max_abs(want_grads.at(name)) <= 1e-12 * max_abs(want_grads.at(weight)));
-        continue;
+  for (const gpt2::Split& s : splits(c))
+    for (const bool sp : {false, true}) {
+      CAPTURE(to_string(s));
+      CAPTURE(sp);
+      gpt2::Model<double> model(world(), c, s, 7);
+      model.trainable().sequence_parallel(sp);
+      Tensor<double, Sharded<1>> logits = model.logits(ids, batch, seq);
+      CHECK(logits.local_shape()[1] == s.vocab[static_cast<std::size_t>(world().rank())]);
+      Tensor<double, Invariant> loss = cross_entropy(logits, targets);
+      backward(loss);
+      CHECK(rel_diff(whole(logits), want_logits) <= 1e-12);
+      CHECK(std::abs(loss.data()[0] - loss1.data()[0]) <= 1e-12 * std::abs(loss1.data()[0]));
+      const auto grads = gradients(model);
+      for (const auto& entry : grads) {  // (not a structured binding: CAPTURE's lambda takes the name)
+        const std::string& name = entry.first;
+        const std::vector<double>& g = entry.second;
+        CAPTURE(name);
+        if (name.ends_with("attn.k.bias")) {
+          // Mathematically zero (a shift of every key by the same bias shifts a
+          // query's scores alike, which the softmax ignores): both rounding
+          // noise, far below the k weight's gradient.
+          const std::string weight = name.substr(0, name.size() - 4) + "weight";
+          CHECK(max_abs(g) <= 1e-12 * max_abs(grads.at(weight)));
+          CHECK(max_abs(want_grads.at(name)) <= 1e-12 * max_abs(want_grads.at(weight)));
+          continue;
+        }
+        CHECK(max_abs(g) > 0);
+        CHECK(rel_diff(g, want_grads.at(name)) <= 1e-12);
       }
-      CHECK(max_abs(g) > 0);
-      CHECK(rel_diff(g, want_grads.at(name)) <= 1e-12);
     }
-  }
+}
+
+TEST_CASE("GPT-2 with sequence parallelism: each rank's residual rows in proportion to the MLP's split, zeros too") {
+  const gpt2::Config c = small_config();
+  const int n = world().size();
+  std::vector<double> speeds(static_cast<std::size_t>(n), 1.0);
+  speeds[0] = n > 1 ? 0.0 : 1.0;  // rank 0 holds no MLP column, so no token
+  const gpt2::Split s = gpt2::Split::proportional(c, speeds);
+  gpt2::Model<double> model(world(), c, s, 3);
+  model.sequence_parallel(true);
+  CHECK(model.sequence_parallel());
+  const auto rows = model.token_lengths(12);
+  CHECK(std::accumulate(rows.begin(), rows.end(), std::int64_t(0)) == 12);
+  if (n > 1) CHECK(rows[0] == 0);
+  // The logits equal those of the same model without it.
+  const auto ids = random_ids(world(), 12, c.vocab, 5);
+  const auto with = whole(model.logits(ids, 2, 6));
+  model.sequence_parallel(false);
+  CHECK(rel_diff(with, whole(model.logits(ids, 2, 6))) <= 1e-12);
 }
 
 TEST_CASE("GPT-2's sizes: heads that do not divide the width, a sequence beyond the context, ids of the wrong size") {
