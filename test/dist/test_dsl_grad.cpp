@@ -490,6 +490,37 @@ TEST_CASE("finite differences: row-sharded matmul, tanh, all_to_all, transpose, 
 }
 
 TEST_CASE(
+    "finite differences: matmul(a, transpose(b)) read transposed in place: R x S(0)^T (a tied output layer), "
+    "S(1) x S(1)^T") {
+  const int n = comm().size();
+  auto rng = test::shared_rng(404);
+  FdStats st;
+  const auto cases = lens_cases(rng, n, true);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const Lens& lv = cases[c];
+    const Lens& lk = cases[(c + 1) % cases.size()];
+    INFO("lengths ", str(lv), " and ", str(lk));
+    const std::int64_t t = 3, h = 4, v = sum_of(lv), kk = sum_of(lk);
+    const std::uint64_t seed = rng();
+    auto x = param_tensor<Invariant>({t, h}, seed + 1);
+    auto table = param_tensor<S0>({v, h}, seed + 2, lv);  // (vocab rows, width), as GPT-2's wte
+    auto a = param_tensor<S1>({t, kk}, seed + 3, lk);
+    auto b = param_tensor<S1>({h, kk}, seed + 4, lk);
+    const auto w = make<Replicated>({t, h}, seed + 5);
+    const auto loss_expr = [&] {
+      auto logits = matmul(replicate(x), transpose(table));  // R x S(0)^T = R x S(1): S(1) t x v
+      auto p = matmul(a, transpose(b));                      // S(1) x S(1)^T = S(1) x S(0): P t x h
+      return sum(exp(all_gather(logits) * 0.3)) + sum(tanh(all_reduce(p)) * w);
+    };
+    backward(loss_expr());
+    fd_check_all([&] { return objective(eval(loss_expr())); },
+                 {param("x (I)", x), param("table (S0)", table), param("a (S1)", a), param("b (S1)", b)}, rng, st);
+  }
+  CHECK(st.checked >= 12);
+  CHECK(st.nonzero >= std::max(6, st.checked / 4));
+}
+
+TEST_CASE(
     "finite differences: a Partial parameter through reduce_scatter, a simplified chain, sum<0>, an Invariant loss") {
   const int n = comm().size();
   auto rng = test::shared_rng(303);

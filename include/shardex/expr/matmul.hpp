@@ -6,6 +6,9 @@
 /// S(1) x S(0) -> P, ...). Every rule is a local GEMM of the local blocks; the
 /// backward is two more local GEMMs (da = g b^T, db = a^T g), whose layouts come
 /// out as the duals by the same rules. All communication stays in transitions.
+/// `matmul(a, transpose(b))` reads b as it is stored (the GEMM's transposed
+/// operand): no transposed copy of b forward, none of its gradient backward
+/// (GPT-2's output layer, h wte^T, with wte its largest tensor).
 
 #include <algorithm>
 #include <string>
@@ -13,6 +16,7 @@
 #include "shardex/core/compile_errors.hpp"
 #include "shardex/expr/expression.hpp"
 #include "shardex/expr/rules.hpp"
+#include "shardex/expr/transpose.hpp"
 
 namespace shardex {
 
@@ -119,6 +123,57 @@ auto evaluate(const MatMul<A, B>& e) {
         auto db = Tensor<T, dual_t<typename decltype(b)::layout_type>, Dev>::empty(
             b.comm(), b.shape(), dual_mapping<typename decltype(b)::layout_type>(b.mapping()));
         Dev::gemm(GemmShape::plain(k, m, n, true, false), T(1), a.data(), g.data(), T(0), db.data());
+        b.node()->accumulate(db);
+      }
+    });
+  }
+  return out;
+}
+
+/// Runs `matmul(a, transpose(b))` as one GEMM reading b (n x k, as stored)
+/// transposed, and the backward's two (da = g b, db = g^T a, b's own layout):
+/// the same values as transposing first, without the copy.
+/// @throws invalid_argument as the general case.
+template <TensorExpr A, TensorExpr E>
+auto evaluate(const MatMul<A, Transpose<E>>& e) {
+  using T = typename MatMul<A, Transpose<E>>::value_type;
+  using L = typename MatMul<A, Transpose<E>>::layout_type;
+  using Dev = typename MatMul<A, Transpose<E>>::device_type;
+  auto a = eval(e.lhs());
+  auto b = eval(e.rhs().arg());  // the stored operand: op(b) = b^T
+  const std::string where = " on rank " + std::to_string(a.rank());
+  detail::check_2d(a, "a", where);
+  if (b.local_shape().rank() != 2)
+    throw invalid_argument("shardex::matmul(a, transpose(b))" + where + ": b must be 2-d, but it is " + b.describe());
+  bool same_split = true;
+  std::string split;
+  if constexpr (rules::matmul<typename A::layout_type, typename Transpose<E>::layout_type>::row_parallel) {
+    same_split = std::ranges::equal(a.lengths(), b.lengths());
+    split = " (the same global extent split with different lengths: " + to_string(a.lengths()) + " and " +
+            to_string(b.lengths()) + ")";
+  }
+  if (a.shape()[1] != b.shape()[1] || !same_split || a.local_shape()[1] != b.local_shape()[1])
+    throw invalid_argument("shardex::matmul(a, transpose(b))" + where + ": the contraction dims differ: a is " +
+                           a.describe() + ", b (before the transpose) is " + b.describe() +
+                           (a.shape()[1] == b.shape()[1] ? split : ""));
+  const std::int64_t m = a.local_shape()[0], k = a.local_shape()[1], n = b.local_shape()[0];
+  auto out = Tensor<T, L, Dev>::empty(a.comm(), e.shape(), e.mapping());  // gemm with beta 0 writes it whole
+  Dev::gemm(GemmShape::plain(m, k, n, false, true), T(1), a.data(), b.data(), T(0), out.data());
+  if (a.node() || b.node()) {
+    std::vector<std::shared_ptr<autodiff::Node>> inputs;
+    autodiff::add_input(inputs, a.node());
+    autodiff::add_input(inputs, b.node());
+    out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
+      if (a.node()) {  // da = g b (g: m x n, b: n x k), layout dual(A)
+        auto da = Tensor<T, dual_t<typename decltype(a)::layout_type>, Dev>::empty(
+            a.comm(), a.shape(), dual_mapping<typename decltype(a)::layout_type>(a.mapping()));
+        Dev::gemm(GemmShape::plain(m, n, k), T(1), g.data(), b.data(), T(0), da.data());
+        a.node()->accumulate(da);
+      }
+      if (b.node()) {  // db = g^T a (n x k, b's own shape), layout dual(E)
+        auto db = Tensor<T, dual_t<typename decltype(b)::layout_type>, Dev>::empty(
+            b.comm(), b.shape(), dual_mapping<typename decltype(b)::layout_type>(b.mapping()));
+        Dev::gemm(GemmShape::plain(n, m, k, true, false), T(1), g.data(), a.data(), T(0), db.data());
         b.node()->accumulate(db);
       }
     });
