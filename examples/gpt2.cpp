@@ -45,7 +45,8 @@ struct Gpt2Flags : example::Flags {
   std::string data = "/usr/share/common-licenses";
   std::int64_t batch = 8, seq = 64, warmup = 20, eval_every = 50, eval_batches = 8, save_every = 0;
   double min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0, val_fraction = 0.1;
-  std::string load, save, resume;
+  std::string load, save, resume, tokenizer;
+  bool vocab_given = false;
   bool eval_only = false, check = false, sequence_parallel = false;
   // Generation.
   std::string prompt;
@@ -62,10 +63,12 @@ std::string checkpoint_dir(const std::string& path) {
 }
 
 /// The model's sizes: from the checkpoint's config.json, or from the flags.
-gpt2::Config config_of(const mpi::Communicator& comm, const Gpt2Flags& f) {
+gpt2::Config config_of(const mpi::Communicator& comm, const Gpt2Flags& f, const gpt2::Tokenizer* tokenizer) {
   const std::string& from = !f.resume.empty() ? f.resume : f.load;
   if (!from.empty()) return gpt2::read_config(comm, checkpoint_dir(from) + "/config.json");
-  gpt2::Config c{.layers = f.layers, .heads = f.heads, .width = f.width, .context = f.context, .vocab = f.vocab};
+  // With a tokenizer and no --vocab, the vocabulary is the tokenizer's (50257 for GPT-2's).
+  const std::int64_t vocab = tokenizer && !f.vocab_given ? tokenizer->vocab_size() : f.vocab;
+  gpt2::Config c{.layers = f.layers, .heads = f.heads, .width = f.width, .context = f.context, .vocab = vocab};
   c.check();
   return c;
 }
@@ -82,8 +85,10 @@ std::string format_number(double x) {
   return s.str();
 }
 
-/// Tokens as text: byte tokens as their bytes, end_of_text as GPT-2 writes it.
-std::string as_text(const std::vector<std::int64_t>& ids, std::int64_t vocab) {
+/// Tokens as text: the tokenizer's decoding, byte tokens as their bytes,
+/// end_of_text as GPT-2 writes it, other ids as "[id]".
+std::string as_text(const std::vector<std::int64_t>& ids, std::int64_t vocab, const gpt2::Tokenizer* tokenizer) {
+  if (tokenizer && vocab <= tokenizer->vocab_size()) return tokenizer->decode(ids);
   std::string s;
   for (std::int64_t id : ids) {
     if (vocab == gpt2::byte_vocab && id < 256)
@@ -96,8 +101,18 @@ std::string as_text(const std::vector<std::int64_t>& ids, std::int64_t vocab) {
   return s;
 }
 
-/// The prompt as tokens: its bytes (a model of byte tokens), or ids "[464][3290]" / "464,3290" otherwise.
-std::vector<std::int64_t> prompt_tokens(const std::string& prompt, std::int64_t vocab) {
+/// The prompt as tokens: the tokenizer's, its bytes (a model of byte tokens),
+/// or ids "[464][3290]" / "464,3290" otherwise.
+std::vector<std::int64_t> prompt_tokens(const std::string& prompt, std::int64_t vocab,
+                                        const gpt2::Tokenizer* tokenizer) {
+  if (tokenizer) {
+    auto ids = tokenizer->encode(prompt);
+    for (std::int64_t id : ids)
+      if (id >= vocab)
+        throw example::usage_error("--generate: the prompt's token " + std::to_string(id) +
+                                   " is beyond the model's vocabulary of " + std::to_string(vocab));
+    return ids;
+  }
   std::vector<std::int64_t> ids;
   if (vocab == gpt2::byte_vocab) {
     for (unsigned char c : prompt) ids.push_back(c);
@@ -117,7 +132,7 @@ std::vector<std::int64_t> prompt_tokens(const std::string& prompt, std::int64_t 
   if (ids.empty())
     throw example::usage_error(
         "--generate: with a vocabulary of " + std::to_string(vocab) +
-        " (not byte tokens) the prompt is token ids, e.g. \"464,3290\"; no BPE tokenizer is built in (README.md)");
+        " (not byte tokens) the prompt is token ids, e.g. \"464,3290\", or give --tokenizer DIR");
   return ids;
 }
 
@@ -225,7 +240,10 @@ struct Log {
 template <class T, class Dev>
 int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   const auto dcomm = example::device_comm<Dev>(comm);
-  const gpt2::Config config = config_of(comm, f);
+  std::optional<gpt2::Tokenizer> tokenizer;
+  if (!f.tokenizer.empty()) tokenizer.emplace(gpt2::Tokenizer::load(f.tokenizer));  // every rank: the same files
+  const gpt2::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
+  const gpt2::Config config = config_of(comm, f, tok);
   if (f.seq > config.context)
     throw example::usage_error("--seq " + std::to_string(f.seq) + " is longer than the model's context of " +
                                std::to_string(config.context));
@@ -248,7 +266,7 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   // --eval: the loaded weights' mean loss over batches from the first token, nothing else.
   const bool needs_data = f.eval_only || f.steps > 0 || f.check;
   std::optional<gpt2::Tokens> tokens;
-  if (needs_data) tokens = gpt2::read_tokens(comm, f.data, config.vocab, f.batch * f.seq + 1);
+  if (needs_data) tokens = gpt2::read_tokens(comm, f.data, config.vocab, f.batch * f.seq + 1, tok);
   if (f.eval_only) {
     const std::int64_t per = f.batch * f.seq, n = std::min(f.eval_batches, (tokens->size() - 1) / per);
     double sum = 0;
@@ -324,12 +342,12 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
 
   if (f.generate) {
     const gpt2::Sampling how{f.temperature, f.top_k, seed};
-    const auto prompt = prompt_tokens(f.prompt, config.vocab);
+    const auto prompt = prompt_tokens(f.prompt, config.vocab, tok);
     const auto out = gpt2::generate(model, prompt, f.tokens, how);
     if (talk)
       std::cout << "generated (" << (f.temperature > 0 ? "temperature " + format_number(f.temperature) : "greedy")
                 << (f.top_k > 0 ? ", top-k " + std::to_string(f.top_k) : "") << "):\n"
-                << as_text(prompt, config.vocab) << as_text(out, config.vocab) << "\n";
+                << as_text(prompt, config.vocab, tok) << as_text(out, config.vocab, tok) << "\n";
   }
 
   int code = 0;
@@ -384,6 +402,9 @@ int main(int argc, char** argv) {
   app.add_option("--width", f.width, "model width n_embd (a new model)")->transform(integer(1, 1 << 20));
   app.add_option("--context", f.context, "positions n_positions (a new model)")->transform(integer(1, 1 << 24));
   app.add_option("--vocab", f.vocab, "vocabulary (a new model; 257: byte tokens)")->transform(integer(1, 1 << 30));
+  app.add_option("--tokenizer", f.tokenizer,
+                 "GPT-2's BPE: a directory with vocab.json and merges.txt (or encoder.json and vocab.bpe) for "
+                 "--data texts, --generate's prompt and its output");
   app.add_option("--data", f.data,
                  "training text: a UTF-8 file (bytes as tokens), a directory of them, or a .bin of uint16 token ids");
   app.add_option("--val-fraction", f.val_fraction, "the tail of the data held out for validation")
@@ -424,6 +445,7 @@ int main(int argc, char** argv) {
   app.add_option("--log", f.log, "rank 0 writes each step's loss, validation loss, lr and time to this CSV file");
   app.callback([&f, &app] {
     f.generate = app.count("--generate") > 0;
+    f.vocab_given = app.count("--vocab") > 0;
     if (f.eval_only && f.load.empty()) throw CLI::ValidationError("--eval evaluates loaded weights: give --load DIR");
     if (!f.load.empty() && !f.resume.empty())
       throw CLI::ValidationError("--load and --resume both give the weights: give one");

@@ -19,6 +19,7 @@
 #include <shardex.hpp>
 
 #include "model.hpp"
+#include "tokenizer.hpp"
 
 namespace gpt2 {
 
@@ -49,8 +50,20 @@ inline std::string read_bytes(const std::filesystem::path& path, std::string& er
   return bytes;
 }
 
+/// A text's tokens: its bytes, or the tokenizer's ids (throwing on bad input).
+inline void append_text(std::vector<std::int64_t>& ids, const std::string& text, const Tokenizer* tokenizer) {
+  if (!tokenizer) {
+    for (unsigned char c : text) ids.push_back(c);
+    return;
+  }
+  const auto encoded = tokenizer->encode(text);
+  ids.insert(ids.end(), encoded.begin(), encoded.end());
+}
+
 /// What rank 0 read: the ids, or the error every rank throws.
-inline Tokens read_on_rank0(const std::string& path, std::string& err) {
+inline Tokens read_on_rank0(const std::string& path, const Tokenizer* tokenizer, std::string& err) {
+  const std::string as = tokenizer ? "GPT-2 BPE tokens" : "UTF-8 bytes";
+  const std::int64_t eot = tokenizer ? tokenizer->end_of_text() : end_of_text;
   namespace fs = std::filesystem;
   Tokens t{{}, path};
   std::error_code ec;
@@ -64,10 +77,10 @@ inline Tokens read_on_rank0(const std::string& path, std::string& err) {
     for (const auto& f : files) {
       const std::string bytes = read_bytes(f, err);
       if (!err.empty()) break;
-      for (unsigned char c : bytes) t.ids.push_back(c);
-      t.ids.push_back(end_of_text);
+      append_text(t.ids, bytes, tokenizer);
+      t.ids.push_back(eot);
     }
-    t.source = path + " (" + std::to_string(files.size()) + " files as UTF-8 bytes)";
+    t.source = path + " (" + std::to_string(files.size()) + " files as " + as + ")";
     return t;
   }
   const std::string bytes = read_bytes(path, err);
@@ -84,8 +97,8 @@ inline Tokens read_on_rank0(const std::string& path, std::string& err) {
       t.ids[i] = static_cast<unsigned char>(bytes[2 * i]) | (static_cast<unsigned char>(bytes[2 * i + 1]) << 8);
     t.source = path + " (uint16 token ids)";
   } else {
-    for (unsigned char c : bytes) t.ids.push_back(c);
-    t.source = path + " (UTF-8 bytes)";
+    append_text(t.ids, bytes, tokenizer);
+    t.source = path + " (" + as + ")";
   }
   return t;
 }
@@ -93,17 +106,22 @@ inline Tokens read_on_rank0(const std::string& path, std::string& err) {
 }  // namespace detail
 
 /// The tokens of `path`: a `.bin` of little-endian uint16 ids, a text file
-/// (its bytes), or a directory (its regular files' bytes in name order, each
-/// followed by end_of_text). Collective: rank 0 reads, every rank gets the
-/// same tokens. @throws shardex::invalid_argument on every rank for a file
-/// that cannot be read, a .bin of an odd size, an id >= vocab (naming its
-/// position) or fewer than `at_least` tokens.
+/// (its bytes, or with a tokenizer its GPT-2 BPE tokens), or a directory (its
+/// regular files' tokens in name order, each followed by the end-of-text
+/// token). Collective: rank 0 reads, every rank gets the same tokens.
+/// @throws shardex::invalid_argument on every rank for a file that cannot be
+/// read, a .bin of an odd size, an id >= vocab (naming its position) or fewer
+/// than `at_least` tokens.
 inline Tokens read_tokens(const shardex::mpi::Communicator& comm, const std::string& path, std::int64_t vocab,
-                          std::int64_t at_least) {
+                          std::int64_t at_least, const Tokenizer* tokenizer = nullptr) {
   std::string err;
   Tokens t;
   if (comm.rank() == 0) {
-    t = detail::read_on_rank0(path, err);
+    try {
+      t = detail::read_on_rank0(path, tokenizer, err);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
     if (err.empty()) {
       const auto bad = std::find_if(t.ids.begin(), t.ids.end(), [vocab](std::int64_t id) { return id >= vocab; });
       if (bad != t.ids.end())

