@@ -225,7 +225,7 @@ private:
         return shardex::replicate(x);
     };
     // Leaving it: the partial sums of the row-parallel product summed (g: an all-reduce; SP: a reduce-scatter).
-    const auto leave = [&rows](const auto& partial) -> Tensor<T, H, Dev> {
+    const auto leave = [&](const auto& partial) -> Tensor<T, H, Dev> {  // (&: rows is unused without SP)
       if constexpr (sp)
         return shardex::reduce_scatter<Sharded<0>>(partial, rows);
       else
