@@ -269,15 +269,11 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   if (needs_data) tokens = gpt2::read_tokens(comm, f.data, config.vocab, f.batch * f.seq + 1, tok);
   if (f.eval_only) {
     const std::int64_t per = f.batch * f.seq, n = std::min(f.eval_batches, (tokens->size() - 1) / per);
-    double sum = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const gpt2::Batch b = gpt2::batch_at(tokens->ids, i * per, f.batch, f.seq);
-      sum += gpt2::value_of(
-          model.loss(gpt2::ids_tensor<Dev>(dcomm, b.inputs), gpt2::ids_tensor<Dev>(dcomm, b.targets), f.batch, f.seq));
-    }
+    const double loss = gpt2::mean_loss(
+        model, n, f.batch, f.seq, [&](std::int64_t i) { return gpt2::batch_at(tokens->ids, i * per, f.batch, f.seq); });
     if (talk)
-      std::cout << "eval loss: " << std::setprecision(6) << sum / double(n) << " (" << n << " batches of " << f.batch
-                << " x " << f.seq << " tokens of " << tokens->source << ")\n";
+      std::cout << "eval loss: " << std::setprecision(6) << loss << " (" << n << " batches of " << f.batch << " x "
+                << f.seq << " tokens of " << tokens->source << ")\n";
     return 0;
   }
 
@@ -364,9 +360,7 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   if (!losses.empty()) {
     // Did it learn: the mean loss of the first tenth of the steps against the last tenth.
     const std::size_t k = std::max<std::size_t>(1, losses.size() / 10);
-    double first = 0, last = 0;
-    for (std::size_t i = 0; i < k; ++i) first += losses[i], last += losses[losses.size() - 1 - i];
-    first /= double(k), last /= double(k);
+    const auto [first, last] = example::first_and_last_pass(losses, static_cast<std::int64_t>(k));
     const bool judged = losses.size() >= 20 && state.step == f.steps && f.resume.empty();
     if (talk) {
       std::cout << "mean loss of the first " << k << " steps " << std::setprecision(4) << first << " -> last " << k

@@ -164,15 +164,15 @@ public:
     check_tokens(ids, batch, seq);
     if (!sequence_parallel_)
       return through_blocks(Tensor<T, Invariant, Dev>(shardex::all_reduce<Invariant>(shardex::embedding(ids, wte_)) +
-                                                      shardex::embedding(positions(batch, seq), wpe_)),
+                                                      shardex::embedding(positions<Invariant>(batch, seq), wpe_)),
                             batch, {});
     // Sequence parallelism: the residual stream's rows (the batch's tokens)
     // split over the ranks, each rank adding its rows' position embeddings.
     const layout_mapping<Sharded<0>> rows(token_lengths(batch * seq));
-    return through_blocks(
-        Tensor<T, Sharded<0>, Dev>(shardex::reduce_scatter<Sharded<0>>(shardex::embedding(ids, wte_), rows) +
-                                   shardex::embedding(positions_of_rows(batch, seq, rows), shardex::replicate(wpe_))),
-        batch, rows);
+    return through_blocks(Tensor<T, Sharded<0>, Dev>(
+                              shardex::reduce_scatter<Sharded<0>>(shardex::embedding(ids, wte_), rows) +
+                              shardex::embedding(positions<Sharded<0>>(batch, seq, rows), shardex::replicate(wpe_))),
+                          batch, rows);
   }
 
   /// Megatron's sequence parallelism (off by default): the residual stream and
@@ -260,21 +260,14 @@ private:
     return shardex::matmul(enter(norm(h, lnf_w_, lnf_b_)), shardex::transpose(wte_));
   }
 
-  /// The positions of the tokens of `rows` (Sharded<0>): global token i is at i % seq.
-  Tensor<std::int64_t, Sharded<0>, Dev> positions_of_rows(std::int64_t batch, std::int64_t seq,
-                                                          const layout_mapping<Sharded<0>>& rows) const {
-    return on_device<Dev>(Tensor<std::int64_t, Sharded<0>>::from_function(
+  /// The position in its sequence of every token of a batch (global token i
+  /// is at i % seq), laid out as L: Invariant, or Sharded<0> on the rows a
+  /// rank holds under sequence parallelism.
+  template <shardex::LayoutTag L>
+  Tensor<std::int64_t, L, Dev> positions(std::int64_t batch, std::int64_t seq, layout_mapping<L> rows = {}) const {
+    return on_device<Dev>(Tensor<std::int64_t, L>::from_function(
                               shardex::detail::control_of(comm_), {batch * seq},
-                              [seq](std::span<const std::int64_t> i) { return i[0] % seq; }, rows),
-                          comm_);
-  }
-
-  /// The position of every token in its sequence: 0 .. seq - 1, batch times.
-  Ids positions(std::int64_t batch, std::int64_t seq) const {
-    std::vector<std::int64_t> pos(static_cast<std::size_t>(batch * seq));
-    for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<std::int64_t>(i) % seq;
-    return on_device<Dev>(Tensor<std::int64_t, Invariant>::from_local(shardex::detail::control_of(comm_), {batch * seq},
-                                                                      std::span<const std::int64_t>(pos)),
+                              [seq](std::span<const std::int64_t> i) { return i[0] % seq; }, std::move(rows)),
                           comm_);
   }
 

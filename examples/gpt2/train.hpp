@@ -140,19 +140,25 @@ double clip_grad_norm(Model<T, Dev>& model, double max_norm) {
   return norm;
 }
 
-/// The mean loss over the first `count` validation batches (all of them if
-/// fewer), no gradient kept.
+/// The mean loss over `count` batches, batch i being `batch_of(i)`; no gradient kept.
+template <class T, class Dev, class BatchOf>
+double mean_loss(const Model<T, Dev>& model, std::int64_t count, std::int64_t batch, std::int64_t seq,
+                 BatchOf&& batch_of) {
+  double sum = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const Batch b = batch_of(i);
+    sum += value_of(
+        model.loss(ids_tensor<Dev>(model.comm(), b.inputs), ids_tensor<Dev>(model.comm(), b.targets), batch, seq));
+  }
+  return sum / double(count);
+}
+
+/// The mean loss over the first `count` validation batches (all of them if fewer).
 template <class T, class Dev>
 double validation_loss(const Model<T, Dev>& model, const Dataset& data, std::int64_t batch, std::int64_t seq,
                        std::int64_t count) {
   const std::int64_t n = std::max<std::int64_t>(1, std::min(count, data.val_batches()));
-  double sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const Batch b = data.validation(i);
-    sum += value_of(
-        model.loss(ids_tensor<Dev>(model.comm(), b.inputs), ids_tensor<Dev>(model.comm(), b.targets), batch, seq));
-  }
-  return sum / double(n);
+  return mean_loss(model, n, batch, seq, [&data](std::int64_t i) { return data.validation(i); });
 }
 
 /// How generate picks each next token: greedy (temperature 0), or sampled
