@@ -165,31 +165,6 @@ example::Run<T> train(const MeshOf<Host>& host, const MeshOf<Dev>& mesh, const M
   return run;
 }
 
-/// "3x2" -> {3, 2}; empty: the squarest dp x tp shape of the world (dp <= tp).
-/// (check_mesh checked the form.)
-std::array<int, 2> mesh_shape(const std::string& s, int world) {
-  if (s.empty()) {
-    int d = 1;
-    for (int k = 1; k * k <= world; ++k)
-      if (world % k == 0) d = k;
-    return {d, world / d};
-  }
-  const auto x = s.find('x');
-  return {static_cast<int>(*command_line::read_integer(s.substr(0, x))),
-          static_cast<int>(*command_line::read_integer(s.substr(x + 1)))};
-}
-
-/// --mesh: empty, or DPxTP with two whole numbers >= 1.
-std::string check_mesh(const std::string& s) {
-  const auto x = s.find('x');
-  const auto axis = [](const std::string& t) {
-    const auto v = command_line::read_integer(t);
-    return v && *v >= 1 && *v <= 1 << 20;
-  };
-  if (s.empty() || (x != std::string::npos && axis(s.substr(0, x)) && axis(s.substr(x + 1)))) return {};
-  return "'" + s + "' is not DPxTP, two whole numbers >= 1 such as 3x2";
-}
-
 /// --dp-speeds / --tp-speeds: one weight per rank of the axis ("1,2"); empty: 1, 2, ..., n.
 std::vector<std::int64_t> axis_lengths(const std::string& given, std::int64_t total, int n) {
   std::vector<double> w = command_line::weights(given);  // main's callback checked them
@@ -200,7 +175,7 @@ std::vector<std::int64_t> axis_lengths(const std::string& given, std::int64_t to
 
 template <class T, class Dev>
 int compare(const mpi::Communicator& comm, const MeshFlags& f) {
-  const auto shape = mesh_shape(f.mesh, comm.size());
+  const auto shape = example::mesh_shape(f.mesh, comm.size());
   // Collective: every rank refuses a shape that does not fit the world.
   const MeshOf<Host> host = [&] {
     try {
@@ -238,7 +213,7 @@ int main(int argc, char** argv) {
         app.add_option("--ffn", f.ffn, "width of the hidden layer (split over tp)")->transform(integer(1));
         example::add_lr(app, f, true);
         app.add_option("--mesh", f.mesh, "the mesh shape, dp x tp ranks; empty: the squarest")
-            ->check(CLI::Validator(check_mesh, "DPxTP", "MESH"));
+            ->check(CLI::Validator(example::check_mesh, "DPxTP", "MESH"));
         const auto weights = CLI::Validator(
             [](const std::string& s) { return s.empty() ? std::string() : command_line::check_weights(s, 0); },
             "W,W,...", "WEIGHTS");
@@ -253,7 +228,7 @@ int main(int argc, char** argv) {
             throw CLI::ValidationError(
                 "--save and --resume name the same file: the sharded run would overwrite it "
                 "before the unsharded run resumes from it");
-          const auto shape = mesh_shape(f.mesh, ranks);
+          const auto shape = example::mesh_shape(f.mesh, ranks);
           const auto count = [](const std::string& given, const char* flag, int n) {
             if (given.empty()) return;
             if (const std::string why = command_line::check_weights(given, static_cast<std::size_t>(n)); !why.empty())

@@ -29,6 +29,7 @@
 #include <shardex/autodiff/lr_schedule.hpp>
 
 #include "gpt2/data.hpp"
+#include "gpt2/data_parallel.hpp"
 #include "gpt2/hf.hpp"
 #include "gpt2/model.hpp"
 #include "gpt2/train.hpp"
@@ -45,7 +46,7 @@ struct Gpt2Flags : example::Flags {
   std::string data = "/usr/share/common-licenses";
   std::int64_t batch = 8, seq = 64, warmup = 20, eval_every = 50, eval_batches = 8, save_every = 0;
   double min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0, val_fraction = 0.1;
-  std::string load, save, resume, tokenizer;
+  std::string load, save, resume, tokenizer, mesh;
   bool vocab_given = false;
   bool eval_only = false, check = false, sequence_parallel = false;
   // Generation.
@@ -169,17 +170,26 @@ double rel_diff(const Tensor<T, Invariant>& a, const Tensor<T, Invariant>& b, do
 }
 
 /// --check: the logits, the loss and every gradient of the first validation
-/// batch, sharded against the same weights on one rank (rank 0 runs it);
-/// returns the largest relative difference (the same on every rank).
+/// batch, sharded against the same weights on one rank (the first rank of
+/// each tensor-parallel group runs it, and compares its group's rows of the
+/// logits); returns the largest relative difference (the same on every rank),
+/// and in `derived_dp_sums` the all-reduces over dp its reverse pass ran.
 template <class T, class Dev>
-double unsharded_difference(const mpi::Communicator& comm, gpt2::Model<T, Dev>& model, const gpt2::Dataset& data,
-                            std::int64_t batch, std::int64_t seq, std::string& worst_name) {
+double unsharded_difference(const gpt2::DataParallel<T, Dev>& parallel, gpt2::Model<T, Dev>& model,
+                            const gpt2::Dataset& data, std::int64_t batch, std::int64_t seq, std::string& worst_name,
+                            std::int64_t& derived_dp_sums) {
+  const mpi::Communicator& comm = parallel.mesh().world();
   const gpt2::Batch b = data.validation(0);
-  const auto& dcomm = model.comm();
-  const auto logits = model.logits(gpt2::ids_tensor<Dev>(dcomm, b.inputs), batch, seq);
-  const Tensor<T, Invariant, Dev> loss = cross_entropy(logits, gpt2::ids_tensor<Dev>(dcomm, b.targets));
-  backward(loss);
-  std::vector<std::pair<std::string, Tensor<T, Invariant>>> sharded = {{"logits", gathered(logits)},
+  typename gpt2::DataParallel<T, Dev>::Step step;
+  // The transitions of the step, those of the reverse pass among them (mesh steps only).
+  const Plan plan = explain_step([&] {
+    step = parallel.forward(model, b);
+    step.backward();
+  });
+  derived_dp_sums = std::count_if(plan.backward.begin(), plan.backward.end(),
+                                  [](const PlanStep& s) { return s.op == "all_reduce<dp>"; });
+  const Tensor<T, Invariant, Dev>& loss = step.loss.valid() ? step.loss.inner() : step.local_loss;
+  std::vector<std::pair<std::string, Tensor<T, Invariant>>> sharded = {{"logits", gathered(step.logits)},
                                                                        {"loss", gathered(loss)}};
   std::vector<Tensor<T, Invariant>> weights;
   model.for_each_parameter([&](const std::string& name, auto& p) {
@@ -189,7 +199,7 @@ double unsharded_difference(const mpi::Communicator& comm, gpt2::Model<T, Dev>& 
   });
   const mpi::Communicator alone = comm.split(comm.rank(), 0);
   double worst = 0;
-  if (comm.rank() == 0) {
+  if (parallel.mesh().coord(1) == 0) {
     gpt2::Model<T> whole(alone, model.config(), gpt2::Split::whole(model.config()), 1);
     whole.trainable();
     std::size_t i = 0;
@@ -200,7 +210,13 @@ double unsharded_difference(const mpi::Communicator& comm, gpt2::Model<T, Dev>& 
     const auto wl = whole.logits(gpt2::ids_tensor<Host>(alone, b.inputs), batch, seq);
     const Tensor<T, Invariant> wloss = cross_entropy(wl, gpt2::ids_tensor<Host>(alone, b.targets));
     backward(wloss);
-    std::vector<Tensor<T, Invariant>> ref = {gathered(wl), gathered(wloss)};
+    // This group's sequences' rows of the logits.
+    const std::int64_t vocab = model.config().vocab, row = parallel.first() * seq, rows = parallel.batch() * seq;
+    const auto all = gathered(wl);
+    std::vector<Tensor<T, Invariant>> ref = {
+        Tensor<T, Invariant>::from_local(alone, {rows, vocab},
+                                         std::span<const T>(all.data() + row * vocab, rows * vocab)),
+        gathered(wloss)};
     whole.for_each_parameter([&](const std::string&, auto& p) { ref.push_back(gathered(p.grad())); });
     // The keys' bias shifts every score of a query alike, which the softmax
     // ignores: its gradient is zero but for rounding, which is measured
@@ -214,12 +230,47 @@ double unsharded_difference(const mpi::Communicator& comm, gpt2::Model<T, Dev>& 
       if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d, worst_name = sharded[k].first;
     }
   }
-  comm.broadcast(&worst, 1, 0);
+  // The worst over the groups, named by the first rank that found it.
+  double worst_anywhere = worst;
+  comm.all_reduce_max(&worst_anywhere, 1);
+  std::int64_t finder = worst == worst_anywhere ? comm.rank() : comm.size();
+  finder = -finder;
+  comm.all_reduce_max(&finder, 1);
   std::int64_t len = static_cast<std::int64_t>(worst_name.size());
-  comm.broadcast(&len, 1, 0);
+  comm.broadcast(&len, 1, static_cast<int>(-finder));
   worst_name.resize(static_cast<std::size_t>(len));
-  comm.broadcast(worst_name.data(), len, 0);
-  return worst;
+  comm.broadcast(worst_name.data(), len, static_cast<int>(-finder));
+  return worst_anywhere;
+}
+
+/// The mesh of --mesh DPxTP (1 x the world without it). Collective: every
+/// rank refuses a shape that does not fit the world.
+template <class Dev>
+gpt2::MeshOf<Dev> make_mesh(const mpi::Communicator& comm, const std::string& given) {
+  const std::array<int, 2> shape =
+      given.empty() ? std::array<int, 2>{1, comm.size()} : example::mesh_shape(given, comm.size());
+  try {
+    return gpt2::MeshOf<Dev>(comm, shape);
+  } catch (const shardex::invalid_argument& e) {
+    throw example::refused("--mesh " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]) + ": " + e.what());
+  }
+}
+
+/// The speeds of the ranks of a tensor-parallel group: --speeds' (one per
+/// rank of the group), else the world's (even, or measured) with each tp
+/// coordinate as fast as its slowest rank over the dp groups (world rank
+/// d * TP + t is at (d, t)), so that every group splits the model alike.
+template <class Dev, class T>
+std::vector<double> tp_speeds(const gpt2::MeshOf<Dev>& mesh, const Gpt2Flags& f, const GemmShape& gemm) {
+  const auto w = example::speeds<Dev, T>(mesh.world(), f, gemm);
+  const int groups = mesh.size(0), ranks = mesh.size(1);
+  if (static_cast<int>(w.size()) != groups * ranks) return w;  // --speeds: one per rank of a group
+  std::vector<double> out(w.begin(), w.begin() + ranks);
+  for (int d = 1; d < groups; ++d)
+    for (int t = 0; t < ranks; ++t)
+      out[static_cast<std::size_t>(t)] =
+          std::min(out[static_cast<std::size_t>(t)], w[static_cast<std::size_t>(d * ranks + t)]);
+  return out;
 }
 
 /// --log: one CSV line per step (and the validation loss where it was measured).
@@ -239,7 +290,8 @@ struct Log {
 
 template <class T, class Dev>
 int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
-  const auto dcomm = example::device_comm<Dev>(comm);
+  const gpt2::MeshOf<Dev> mesh = make_mesh<Dev>(comm, f.mesh);
+  const auto& dcomm = mesh.comm(1);  // the model's: its tensor-parallel group
   std::optional<gpt2::Tokenizer> tokenizer;
   if (!f.tokenizer.empty()) tokenizer.emplace(gpt2::Tokenizer::load(f.tokenizer));  // every rank: the same files
   const gpt2::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
@@ -247,14 +299,21 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   if (f.seq > config.context)
     throw example::usage_error("--seq " + std::to_string(f.seq) + " is longer than the model's context of " +
                                std::to_string(config.context));
-  const auto speeds = example::speeds<Dev, T>(comm, f, GemmShape::plain(f.batch * f.seq, config.width, config.ffn()));
+  const gpt2::DataParallel<T, Dev> parallel(mesh, f.batch, f.seq);
+  const std::int64_t group_batch = parallel.batch();
+  const auto speeds = tp_speeds<Dev, T>(mesh, f, GemmShape::plain(group_batch * f.seq, config.width, config.ffn()));
   const gpt2::Split split = gpt2::Split::proportional(config, speeds);
   const bool talk = comm.rank() == 0;
-  if (talk)
-    std::cout << "gpt2: " << comm.size() << " ranks, " << config.str() << ", " << dtype_name<T>() << "\n"
-              << "  heads " << to_string(split.heads) << ", MLP columns " << to_string(split.ffn)
+  if (talk) {
+    std::cout << "gpt2: " << comm.size() << " ranks, " << config.str() << ", " << dtype_name<T>() << "\n";
+    if (parallel.data_parallel())
+      std::cout << "  a " << mesh.size(0) << " x " << mesh.size(1) << " mesh (dp, tp): the batch's sequences "
+                << to_string(parallel.lengths()) << " over dp, each dp group of " << mesh.size(1)
+                << (mesh.size(1) == 1 ? " rank" : " ranks") << " splitting the model\n";
+    std::cout << "  heads " << to_string(split.heads) << ", MLP columns " << to_string(split.ffn)
               << ", vocabulary rows " << to_string(split.vocab)
-              << (f.sequence_parallel ? ", tokens " + to_string(split.tokens(f.batch * f.seq)) : "") << "\n";
+              << (f.sequence_parallel ? ", tokens " + to_string(split.tokens(group_batch * f.seq)) : "") << "\n";
+  }
   const auto seed = static_cast<std::uint64_t>(f.seed);
   gpt2::Model<T, Dev> model(dcomm, config, split, seed);
   model.trainable().sequence_parallel(f.sequence_parallel);
@@ -270,7 +329,7 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   if (f.eval_only) {
     const std::int64_t per = f.batch * f.seq, n = std::min(f.eval_batches, (tokens->size() - 1) / per);
     const double loss = gpt2::mean_loss(
-        model, n, f.batch, f.seq, [&](std::int64_t i) { return gpt2::batch_at(tokens->ids, i * per, f.batch, f.seq); });
+        parallel, model, n, [&](std::int64_t i) { return gpt2::batch_at(tokens->ids, i * per, f.batch, f.seq); });
     if (talk)
       std::cout << "eval loss: " << std::setprecision(6) << loss << " (" << n << " batches of " << f.batch << " x "
                 << f.seq << " tokens of " << tokens->source << ")\n";
@@ -297,23 +356,40 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
                               .warmup = std::min(f.warmup, f.steps),
                               .total = std::max<std::int64_t>(f.steps, 1)};
   Log log(f.log, talk);
+  // The first dp group writes the checkpoint (the others hold the same
+  // weights); every rank learns whether it could, so that none waits for a
+  // group that stopped.
+  const auto save = [&](const gpt2::TrainingState& at) {
+    std::string failure;
+    if (mesh.coord(0) == 0) {
+      try {
+        gpt2::save_checkpoint(f.save, model, &opt, at);
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    }
+    std::int64_t failed = failure.empty() ? 0 : 1;
+    comm.all_reduce_max(&failed, 1);
+    if (failed)
+      throw shardex::error(
+          !failure.empty() ? failure : "gpt2 --save: the first data-parallel group could not write \"" + f.save + "\"");
+  };
   std::vector<double> losses;
   double val = NAN;
   const auto validate = [&] {
-    val = gpt2::validation_loss(model, *data, f.batch, f.seq, f.eval_batches);
+    val = gpt2::validation_loss(parallel, model, *data, f.eval_batches);
     return val;
   };
   for (std::int64_t step = state.step; step < f.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const gpt2::Batch b = data->next();
-    const auto loss =
-        model.loss(gpt2::ids_tensor<Dev>(dcomm, b.inputs), gpt2::ids_tensor<Dev>(dcomm, b.targets), f.batch, f.seq);
-    backward(loss);
+    const auto pass = parallel.forward(model, b);
+    pass.backward();
     const double norm = gpt2::clip_grad_norm(model, f.clip);
     const double lr = schedule(step);
     opt.set_lr(lr);
     opt.step(model);
-    losses.push_back(gpt2::value_of(loss));
+    losses.push_back(pass.value());
     example::check_finite_loss(losses.back(), step, lr);
     const double ms = example::seconds_since(t0) * 1e3, tps = double(f.batch * f.seq) / (ms / 1e3);
     const bool eval_now = f.eval_every > 0 && ((step + 1) % f.eval_every == 0 || step + 1 == f.steps);
@@ -328,11 +404,10 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
     }
     log.line(step + 1, losses.back(), val, lr, norm, ms, tps);
     state.step = step + 1, state.data_position = data->position();
-    if (!f.save.empty() && f.save_every > 0 && state.step % f.save_every == 0 && state.step < f.steps)
-      gpt2::save_checkpoint(f.save, model, &opt, state);
+    if (!f.save.empty() && f.save_every > 0 && state.step % f.save_every == 0 && state.step < f.steps) save(state);
   }
   if (!f.save.empty()) {
-    gpt2::save_checkpoint(f.save, model, &opt, state);
+    save(state);
     if (talk) std::cout << "saved " << f.save << " (config.json, model.safetensors) at step " << state.step << "\n";
   }
 
@@ -349,13 +424,29 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   int code = 0;
   if (f.check) {
     std::string where;
-    const double d = unsharded_difference(comm, model, *data, f.batch, f.seq, where);
+    std::int64_t dp_sums = 0;
+    const double d = unsharded_difference(parallel, model, *data, f.batch, f.seq, where, dp_sums);
     const double tol = std::same_as<T, double> ? 1e-12 : 1e-4;
     if (talk)
       std::cout << "max relative difference from the unsharded model: " << std::scientific << std::setprecision(2) << d
                 << " (" << where << "; tolerance " << tol << ")\n"
                 << std::defaultfloat;
     if (!(d <= tol)) code = command_line::as_int(example::exit_code::differs);
+    if (parallel.data_parallel()) {
+      // One derived gradient all-reduce over dp per weight (replicate<dp>'s adjoint).
+      std::int64_t weights = 0;
+      model.for_each_parameter([&](const std::string&, const auto&) { ++weights; });
+      // Invariant on dp: every group updated its copy of the weights alike, to the bit.
+      const std::int64_t differ = parallel.weights_differing(model);
+      if (talk)
+        std::cout << "the reverse pass ran " << dp_sums << " all_reduce<dp> for " << weights
+                  << " weights (derived from replicate<dp>); weights of the " << mesh.size(0)
+                  << " data-parallel groups: "
+                  << (differ == 0 ? std::string("identical")
+                                  : std::to_string(differ) + " tensors differ from the first group's")
+                  << "\n";
+      if (differ != 0 || dp_sums != weights) code = command_line::as_int(example::exit_code::differs);
+    }
   }
   if (!losses.empty()) {
     // Did it learn: the mean loss of the first tenth of the steps against the last tenth.
@@ -432,12 +523,26 @@ int main(int argc, char** argv) {
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "shard the residual stream and the norms along the tokens (Megatron's sequence parallelism)");
   app.add_flag("--check", f.check, "compare the logits, loss and gradients with the model run unsharded");
-  example::add_speeds(app, f, comm.size());
+  app.add_option("--mesh", f.mesh,
+                 "data parallelism: DP groups of TP ranks, each group splitting the model and taking its part of "
+                 "every batch; empty: 1 x the world")
+      ->check(CLI::Validator(example::check_mesh, "DPxTP", "MESH"));
+  example::add_speeds(app, f, 0,
+                      "relative speeds, one per rank (of a tensor-parallel group with --mesh; 0: nothing); empty: "
+                      "even; auto: measured");
   app.add_option("--seed", f.seed, "seed of the initial weights and of sampling")->transform(integer(0));
   app.add_option("--dtype", f.dtype, "element type")->check(CLI::IsMember({"float", "double"}));
   app.add_option("--backend", f.backend, "mpi: host tensors; nccl: GPUs")->check(CLI::IsMember({"mpi", "nccl"}));
   app.add_option("--log", f.log, "rank 0 writes each step's loss, validation loss, lr and time to this CSV file");
-  app.callback([&f, &app] {
+  app.callback([&f, &app, ranks = comm.size()] {
+    const int group = f.mesh.empty() ? ranks : example::mesh_shape(f.mesh, ranks)[1];
+    if (!f.speeds.empty() && f.speeds != "auto")
+      if (const std::string why = command_line::check_weights(f.speeds, static_cast<std::size_t>(group)); !why.empty())
+        throw CLI::ValidationError("--speeds", why + (f.mesh.empty() ? "" : " of a tensor-parallel group"));
+    if (const int groups = f.mesh.empty() ? 1 : example::mesh_shape(f.mesh, ranks)[0]; groups > f.batch)
+      throw CLI::ValidationError("--batch", std::to_string(f.batch) + " leaves a data-parallel group of --mesh's " +
+                                                std::to_string(groups) + " without a sequence: give " +
+                                                std::to_string(groups) + " or more");
     f.generate = app.count("--generate") > 0;
     f.vocab_given = app.count("--vocab") > 0;
     if (f.eval_only && f.load.empty()) throw CLI::ValidationError("--eval evaluates loaded weights: give --load DIR");

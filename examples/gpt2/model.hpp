@@ -75,6 +75,21 @@ Tensor<T, L, Dev> on_device(Tensor<T, L> host, const typename Dev::communicator&
     return shardex::to<Dev>(host, comm);
 }
 
+/// A tensor's copy on the host, outside the graph.
+template <class T, shardex::LayoutTag L, class Dev>
+Tensor<T, L> host_copy(const Tensor<T, L, Dev>& x) {
+  if constexpr (std::same_as<Dev, shardex::Host>)
+    return x.detach().clone();
+  else
+    return shardex::to<shardex::Host>(x.detach());
+}
+
+/// The value of a one-element tensor (a loss), on the host.
+template <class T, shardex::LayoutTag L, class Dev>
+double value_of(const Tensor<T, L, Dev>& x) {
+  return double(host_copy(x).data()[0]);
+}
+
 /// Normal numbers drawn from (seed, global index), so that every world size
 /// and split draws the same model.
 template <class Dev, class T, shardex::LayoutTag L>

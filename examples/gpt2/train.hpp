@@ -28,25 +28,11 @@
 #include <shardex/io/safetensors.hpp>
 
 #include "data.hpp"
+#include "data_parallel.hpp"
 #include "hf.hpp"
 #include "model.hpp"
 
 namespace gpt2 {
-
-/// A tensor's copy on the host, outside the graph.
-template <class T, shardex::LayoutTag L, class Dev>
-Tensor<T, L> host_copy(const Tensor<T, L, Dev>& x) {
-  if constexpr (std::same_as<Dev, shardex::Host>)
-    return x.detach().clone();
-  else
-    return shardex::to<shardex::Host>(x.detach());
-}
-
-/// The value of a one-element tensor (a loss), on the host.
-template <class T, shardex::LayoutTag L, class Dev>
-double value_of(const Tensor<T, L, Dev>& x) {
-  return double(host_copy(x).data()[0]);
-}
 
 /// AdamW (torch.optim.AdamW's update) over every parameter of a Model: the
 /// weight decay on the matrices and embeddings, not on biases and norms (as
@@ -140,25 +126,22 @@ double clip_grad_norm(Model<T, Dev>& model, double max_norm) {
   return norm;
 }
 
-/// The mean loss over `count` batches, batch i being `batch_of(i)`; no gradient kept.
+/// The mean loss over `count` batches, batch i being `batch_of(i)` (each dp
+/// group taking its part); no gradient kept.
 template <class T, class Dev, class BatchOf>
-double mean_loss(const Model<T, Dev>& model, std::int64_t count, std::int64_t batch, std::int64_t seq,
+double mean_loss(const DataParallel<T, Dev>& parallel, const Model<T, Dev>& model, std::int64_t count,
                  BatchOf&& batch_of) {
   double sum = 0;
-  for (std::int64_t i = 0; i < count; ++i) {
-    const Batch b = batch_of(i);
-    sum += value_of(
-        model.loss(ids_tensor<Dev>(model.comm(), b.inputs), ids_tensor<Dev>(model.comm(), b.targets), batch, seq));
-  }
+  for (std::int64_t i = 0; i < count; ++i) sum += parallel.forward(model, batch_of(i)).value();
   return sum / double(count);
 }
 
 /// The mean loss over the first `count` validation batches (all of them if fewer).
 template <class T, class Dev>
-double validation_loss(const Model<T, Dev>& model, const Dataset& data, std::int64_t batch, std::int64_t seq,
+double validation_loss(const DataParallel<T, Dev>& parallel, const Model<T, Dev>& model, const Dataset& data,
                        std::int64_t count) {
   const std::int64_t n = std::max<std::int64_t>(1, std::min(count, data.val_batches()));
-  return mean_loss(model, n, batch, seq, [&data](std::int64_t i) { return data.validation(i); });
+  return mean_loss(parallel, model, n, [&data](std::int64_t i) { return data.validation(i); });
 }
 
 /// How generate picks each next token: greedy (temperature 0), or sampled

@@ -4,6 +4,7 @@
 // lengths of an uneven split, timing, and comparing with the unsharded run.
 // The command line itself (CLI11, exit codes) is in command_line.hpp, which
 // the bench programs share.
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -52,15 +53,44 @@ inline void add_lr(CLI::App& app, Flags& f, bool with_auto) {
                              "NUMBER>0|auto", "LR"));
 }
 
-/// --speeds: the ranks' relative speeds, one per rank of the world (`ranks`).
-inline void add_speeds(CLI::App& app, Flags& f, int ranks) {
-  app.add_option("--speeds", f.speeds, "relative speeds, one per rank (0: nothing); empty: even; auto: measured")
+/// --speeds: the ranks' relative speeds, one per rank of the world (`ranks`;
+/// 0: any count, which the caller checks).
+inline void add_speeds(CLI::App& app, Flags& f, int ranks,
+                       const std::string& help =
+                           "relative speeds, one per rank (0: nothing); empty: even; auto: "
+                           "measured") {
+  app.add_option("--speeds", f.speeds, help)
       ->check(CLI::Validator(
           [ranks](const std::string& s) {
             return s.empty() || s == "auto" ? std::string()
                                             : command_line::check_weights(s, static_cast<std::size_t>(ranks));
           },
           "W,W,...|auto", "SPEEDS"));
+}
+
+/// "3x2" -> {3, 2}; empty: the squarest dp x tp shape of the world (dp <= tp).
+/// (check_mesh checked the form.)
+inline std::array<int, 2> mesh_shape(const std::string& s, int world) {
+  if (s.empty()) {
+    int d = 1;
+    for (int k = 1; k * k <= world; ++k)
+      if (world % k == 0) d = k;
+    return {d, world / d};
+  }
+  const auto x = s.find('x');
+  return {static_cast<int>(*command_line::read_integer(s.substr(0, x))),
+          static_cast<int>(*command_line::read_integer(s.substr(x + 1)))};
+}
+
+/// --mesh: empty, or DPxTP with two whole numbers >= 1.
+inline std::string check_mesh(const std::string& s) {
+  const auto x = s.find('x');
+  const auto axis = [](const std::string& t) {
+    const auto v = command_line::read_integer(t);
+    return v && *v >= 1 && *v <= 1 << 20;
+  };
+  if (s.empty() || (x != std::string::npos && axis(s.substr(0, x)) && axis(s.substr(x + 1)))) return {};
+  return "'" + s + "' is not DPxTP, two whole numbers >= 1 such as 3x2";
 }
 
 /// The ranks' relative speeds from --speeds: "1,2,3,4" (one per rank; a zero

@@ -2,15 +2,22 @@
 # SPDX-License-Identifier: MIT
 """Nothing lost when a rank dies (issue #26).
 
-    check_gpt2_resume.py GPT2 INTEROP MPIRUN [MPIRUN_ARGS...]
+    check_gpt2_resume.py SCENARIO GPT2 INTEROP MPIRUN [MPIRUN_ARGS...]
 
-Trains examples/gpt2 (double, a small model) for STEPS steps straight on 3
-ranks (speeds 1,2,3), saving at the end. Then the same run again with
---save-every 2, and as soon as its first checkpoint is on disk one of its ranks
-gets SIGKILL: the job must end (mpirun takes the others down) within a
-deadline. It resumes from the last checkpoint on 2 ranks (speeds 2,1: other
-lengths) and runs to STEPS; the weights, both AdamW moments and the metadata
-(step, data position, seed) must equal the straight run's within 1e-12.
+SCENARIO tp: trains examples/gpt2 (double, a small model) for STEPS steps
+straight on 3 ranks (speeds 1,2,3), saving at the end. Then the same run
+again with --save-every 2, and as soon as its first checkpoint is on disk one
+of its ranks gets SIGKILL: the job must end (mpirun takes the others down)
+within a deadline. It resumes from the last checkpoint on 2 ranks (speeds
+2,1: other lengths) and runs to STEPS; the weights, both AdamW moments and the
+metadata (step, data position, seed) must equal the straight run's within
+1e-12.
+
+SCENARIO mesh: data parallelism is the same training. The straight run is on
+2 ranks (speeds 1,2); a run on a 2 x 2 mesh (--mesh 2x2: two dp groups, each
+of 2 ranks at speeds 1,2) must end with its weights and moments (1e-12); the
+mesh run is killed as above and resumed on a 3 x 1 mesh (three dp groups of
+one rank), which must end with them too.
 """
 import json
 import os
@@ -61,14 +68,35 @@ def rank_pids(tag):
     return pids
 
 
+# The runs of each scenario: (ranks, flags) of the straight run, of other
+# straight runs that must end alike, of the killed run, of the resumed run.
+SCENARIOS = {
+    "tp": {"straight": ("3", ["--speeds", "1,2,3"]), "alike": [],
+           "killed": ("3", ["--speeds", "1,2,3"]), "resumed": ("2", ["--speeds", "2,1"])},
+    "mesh": {"straight": ("2", ["--speeds", "1,2"]), "alike": [("4", ["--mesh", "2x2", "--speeds", "1,2"])],
+             "killed": ("4", ["--mesh", "2x2", "--speeds", "1,2"]), "resumed": ("3", ["--mesh", "3x1"])},
+}
+
+
+def compare(mpirun, args, interop, a, b):
+    run([mpirun] + args + ["-n", "2", interop, "compare", os.path.join(a, "model.safetensors"),
+                           os.path.join(b, "model.safetensors"), "1e-12"])
+
+
 def main():
-    gpt2, interop, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    scenario, gpt2, interop, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+    runs = SCENARIOS[scenario]
     with tempfile.TemporaryDirectory() as d:
         straight, killed, resumed = (os.path.join(d, n) for n in ("straight", "killed", "resumed"))
-        run([mpirun] + args + ["-n", "3", gpt2, "--speeds", "1,2,3", "--save", straight] + MODEL)
+        n, flags = runs["straight"]
+        run([mpirun] + args + ["-n", n, gpt2, "--save", straight] + flags + MODEL)
+        for i, (n, flags) in enumerate(runs["alike"]):
+            alike = os.path.join(d, f"alike{i}")
+            run([mpirun] + args + ["-n", n, gpt2, "--save", alike] + flags + MODEL)
+            compare(mpirun, args, interop, straight, alike)
 
-        job = subprocess.Popen([mpirun] + args + ["-n", "3", gpt2, "--speeds", "1,2,3", "--save", killed,
-                                                  "--save-every", "2"] + MODEL,
+        n, flags = runs["killed"]
+        job = subprocess.Popen([mpirun] + args + ["-n", n, gpt2, "--save", killed, "--save-every", "2"] + flags + MODEL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         weights = os.path.join(killed, "model.safetensors")
         start = time.monotonic()
@@ -96,13 +124,15 @@ def main():
             sys.exit(f"check_gpt2_resume: the last checkpoint is at step {step}, not inside the run")
         print(f"the last checkpoint: step {step} of {STEPS}")
 
-        out = run([mpirun] + args + ["-n", "2", gpt2, "--speeds", "2,1", "--resume", killed, "--save", resumed] + MODEL)
+        n, flags = runs["resumed"]
+        out = run([mpirun] + args + ["-n", n, gpt2, "--resume", killed, "--save", resumed] + flags + MODEL)
         if f"at step {step}" not in out:
             sys.exit(f"check_gpt2_resume: the resumed run did not say it resumed at step {step}")
-        run([mpirun] + args + ["-n", "2", interop, "compare", os.path.join(straight, "model.safetensors"),
-                               os.path.join(resumed, "model.safetensors"), "1e-12"])
-    print(f"gpt2 resume: killed at step {step} on 3 ranks, resumed on 2, "
-          f"the same weights and moments as {STEPS} steps straight (1e-12)")
+        compare(mpirun, args, interop, straight, resumed)
+    print(f"gpt2 resume ({scenario}): killed at step {step} ({' '.join(runs['killed'][1])} on {runs['killed'][0]} "
+          f"ranks), resumed with {' '.join(runs['resumed'][1])} on {runs['resumed'][0]}; it and "
+          f"{len(runs['alike'])} other straight runs end with the same weights and moments as {STEPS} steps "
+          f"straight ({' '.join(runs['straight'][1])} on {runs['straight'][0]} ranks; 1e-12)")
 
 
 if __name__ == "__main__":
