@@ -9,6 +9,7 @@
 // device's element functions equal the host's vectorized row passes.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -431,6 +432,54 @@ TEST_CASE("layer_norm and rms_norm: finite differences agree with every gradient
         const double fd = (std::get<0>(loss_of(which, at, h)) - std::get<0>(loss_of(which, at, -h))) / (2 * h);
         const auto& grad = which == 0 ? dx : which == 1 ? dw : db;
         CHECK(close(grad.local()[static_cast<std::size_t>(at)], fd, 1e-7));
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE(
+    "layer_norm and rms_norm: any subset of x, weight and bias asking for gradients gets those of all three "
+    "(the fused pass without a bias gradient, db == nullptr; the weight-only and bias-only passes)",
+    T, float, double) {
+  const double tol = std::same_as<T, double> ? 1e-13 : 1e-6;
+  const std::int64_t tokens = 4, H = 7;
+  for (bool rms : {false, true}) {
+    // The gradients of sum(norm(x, w, b) * g) when x, w, b ask for them as `mask`'s bits 0, 1, 2 say.
+    const auto grads = [&](int mask) {
+      auto x = Tensor<T, Invariant>::from_function(
+          world(), {tokens, H}, [](std::span<const std::int64_t> i) { return 2 * table_at(i[0], i[1], 45); });
+      auto w = Tensor<T, Invariant>::from_function(
+          world(), {H}, [](std::span<const std::int64_t> i) { return 1 + table_at(0, i[0], 46); });
+      auto b = Tensor<T, Invariant>::from_function(
+          world(), {H}, [](std::span<const std::int64_t> i) { return table_at(0, i[0], 47); });
+      const auto g = Tensor<T, Invariant>::from_function(
+          world(), {tokens, H}, [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 48); });
+      if (mask & 1) x.requires_grad();
+      if (mask & 2) w.requires_grad();
+      if (mask & 4) b.requires_grad();
+      Tensor<T, Invariant> y =
+          rms ? Tensor<T, Invariant>(rms_norm(x, w, 1e-5)) : Tensor<T, Invariant>(layer_norm(x, w, b, 1e-5));
+      backward(Tensor<T, Invariant>(sum(y * g)));
+      const auto copy = [](const Tensor<T, Invariant>& t, bool asked) {
+        return asked ? std::vector<T>(t.grad().local().begin(), t.grad().local().end()) : std::vector<T>{};
+      };
+      return std::array<std::vector<T>, 3>{copy(x, mask & 1), copy(w, mask & 2), copy(b, !rms && (mask & 4))};
+    };
+    const auto all = grads(7);
+    for (int mask = 1; mask < 7; ++mask) {
+      if (rms && mask == 4) continue;  // rms_norm has no bias
+      CAPTURE(rms);
+      CAPTURE(mask);
+      const auto some = grads(mask);
+      for (int k = 0; k < 3; ++k) {
+        CAPTURE(k);
+        if (some[static_cast<std::size_t>(k)].empty()) continue;
+        const auto& want = all[static_cast<std::size_t>(k)];
+        const auto& got = some[static_cast<std::size_t>(k)];
+        REQUIRE(got.size() == want.size());
+        bool same = true;
+        for (std::size_t i = 0; i < got.size(); ++i) same = same && close(double(got[i]), double(want[i]), tol);
+        CHECK(same);
       }
     }
   }
