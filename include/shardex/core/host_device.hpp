@@ -22,9 +22,16 @@
 /// where the compiler takes `#pragma omp simd`.
 #if defined(SHARDEX_OPENMP_SIMD) && !defined(__CUDACC__)
 #define SHARDEX_SIMD _Pragma("omp simd")
+#define SHARDEX_PRAGMA(text) _Pragma(#text)
 #else
 #define SHARDEX_SIMD
+/// The pragma of unquoted `text` where the build vectorizes such loops
+/// (SHARDEX_OPENMP_SIMD), else nothing.
+#define SHARDEX_PRAGMA(text)
 #endif
+/// SHARDEX_SIMD for a loop that adds into `s`, whose terms it may add in
+/// another order (in vector lanes, then the lanes).
+#define SHARDEX_SIMD_SUM(s) SHARDEX_PRAGMA(omp simd reduction(+ : s))
 
 namespace shardex::math {
 

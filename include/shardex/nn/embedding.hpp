@@ -205,12 +205,13 @@ auto evaluate(const Embedding<Ids, Table>& e) {
   auto out = Tensor<T, L, Dev>::empty(table.comm(), e.shape(), e.mapping());  // written whole
   Dev::embedding(table.data(), ids.data(), out.data(), tokens, width, first, rows);
   if (table.node()) {
-    out.record("embedding", {table.node()},
-               [ids, table, tokens, width, first, rows](const Tensor<T, dual_t<L>, Dev>& g) {
-                 auto dtable = table.node()->make_full(T(0));
-                 Dev::embedding_backward(dtable.data(), ids.data(), g.data(), tokens, width, first, rows);
-                 table.node()->accumulate(dtable);
-               });
+    out.record(
+        "embedding", {table.node()}, [ids, table, tokens, width, first, rows](const Tensor<T, dual_t<L>, Dev>& g) {
+          // Into the table's gradient itself when it has one (the tied
+          // output layer's, for GPT-2): the tokens' rows only.
+          table.node()->accumulate_in_place(
+              [&](T* dtable) { Dev::embedding_backward(dtable, ids.data(), g.data(), tokens, width, first, rows); });
+        });
   }
   return out;
 }

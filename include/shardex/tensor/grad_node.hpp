@@ -89,6 +89,22 @@ public:
       grad = sum;
     }
   }
+
+  /// grad += a contribution that `add_into(p)` adds into a gradient's
+  /// storage at p (a scatter-add that touches few rows of a large table):
+  /// into this node's gradient where accumulate would add in place (no dense
+  /// zeros of the table's size, no second pass over it), else into zeros
+  /// first, then accumulated.
+  template <class AddInto>
+  void accumulate_in_place(AddInto&& add_into) {
+    if (grad && (is_leaf() || grad->owns_storage_alone())) {
+      add_into(grad->data());
+      return;
+    }
+    grad_type g = make_full(T(0));
+    add_into(g.data());
+    accumulate(g);
+  }
 };
 
 /// Adds `n` to the inputs of a node being recorded unless it is null (a

@@ -135,11 +135,10 @@ struct Host {
   static void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale);
 
   /// One Adam step over n elements of a parameter, its gradient and moments
-  /// (optim::adam_update_at; the Cuda device runs it as one fused kernel).
+  /// (optim::adam_update_at, vectorized in src/host_passes.cpp; the Cuda
+  /// device runs it as one fused kernel).
   template <class T>
-  static void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& s) {
-    for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p, m, v, g, i, s);
-  }
+  static void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& s);
 
   ///@{
   /// Layer norm and RMS norm over the last dim of x (rows x cols): the forward
