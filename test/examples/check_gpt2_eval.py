@@ -22,11 +22,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "io"))
 try:
-    import numpy
+    import numpy  # noqa: F401 (tokens.numpy())
     import torch
     import torch.nn.functional as F
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from gpt2_random import random_gpt2
 except ImportError as e:
     print(f"SKIP: needs numpy, torch and transformers ({e}); scripts/shardex test installs them")
     sys.exit(77)
@@ -38,15 +39,7 @@ TOL = 1e-5
 
 def main():
     gpt2, mpirun, mpi_args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    torch.manual_seed(27)
-    config = GPT2Config(n_layer=2, n_head=3, n_embd=24, n_positions=32, vocab_size=VOCAB, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new")
-    model = GPT2LMHeadModel(config).double()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln_" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    model.eval()
+    model = random_gpt2(27, layers=2, heads=3, width=24, positions=32, vocab=VOCAB)
     tokens = torch.randint(0, VOCAB, (BATCHES * B * T + 5,))
     with torch.no_grad():
         losses = []

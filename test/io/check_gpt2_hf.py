@@ -21,11 +21,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import torch
     import torch.nn.functional as F
+    from gpt2_random import random_gpt2
     from safetensors.torch import load_file, save_file
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2LMHeadModel
 except ImportError as e:
     print(f"SKIP: needs torch, transformers and the safetensors package ({e}); scripts/shardex test installs them")
     sys.exit(77)
@@ -49,15 +51,7 @@ def rel_diff(ours, theirs):
 
 def main():
     exe, np_, mpirun, mpi_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    torch.manual_seed(26)
-    config = GPT2Config(n_layer=2, n_head=5, n_embd=20, n_positions=8, vocab_size=23, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new")
-    model = GPT2LMHeadModel(config).double()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln_" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    model.eval()
+    model = random_gpt2(26, layers=2, heads=5, width=20, positions=8, vocab=23)
     B, T = 2, 6
     ids = torch.randint(0, 23, (B, T))
     targets = torch.randint(0, 23, (B, T))
