@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -133,9 +134,9 @@ public:
       const auto mine = host_copy(p);
       std::vector<T> first(mine.data(), mine.data() + mine.size());
       along.broadcast(first.data(), static_cast<std::int64_t>(first.size()), 0);
-      if (!std::equal(first.begin(), first.end(), mine.data())) ++differ;
+      if (std::memcmp(first.data(), mine.data(), first.size() * sizeof(T)) != 0) ++differ;  // bits: -0 != +0
     });
-    mesh_.world().all_reduce(&differ, 1);
+    mesh_.world().all_reduce_max(&differ, 1);  // a tensor counted once, not once per rank holding it
     return differ;
   }
 
