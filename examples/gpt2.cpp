@@ -189,7 +189,7 @@ double unsharded_difference(const gpt2::DataParallel<T, Dev>& parallel, gpt2::Mo
   });
   derived_dp_sums = std::count_if(plan.backward.begin(), plan.backward.end(),
                                   [](const PlanStep& s) { return s.op == "all_reduce<dp>"; });
-  const Tensor<T, Invariant, Dev>& loss = step.loss.valid() ? step.loss.inner() : step.local_loss;
+  const Tensor<T, Invariant, Dev>& loss = step.loss_tensor();
   std::vector<std::pair<std::string, Tensor<T, Invariant>>> sharded = {{"logits", gathered(step.logits)},
                                                                        {"loss", gathered(loss)}};
   std::vector<Tensor<T, Invariant>> weights;

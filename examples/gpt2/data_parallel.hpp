@@ -80,8 +80,12 @@ public:
     Tensor<T, Invariant, Dev> local_loss;  // the loss when there is one dp group
     MeshLoss loss;                         // the loss over the mesh otherwise
 
+    /// The loss as this rank's tensor (Invariant over its tp group), whichever made it.
+    [[nodiscard]] const Tensor<T, Invariant, Dev>& loss_tensor() const {
+      return loss.valid() ? loss.inner() : local_loss;
+    }
     /// The loss's value on the host.
-    [[nodiscard]] double value() const { return value_of(loss.valid() ? loss.inner() : local_loss); }
+    [[nodiscard]] double value() const { return value_of(loss_tensor()); }
     /// The reverse pass from the loss (on the mesh: the dp all-reduces of
     /// the weights' gradients among its steps).
     void backward() const {
