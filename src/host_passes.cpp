@@ -299,8 +299,9 @@ void Host::cross_entropy_backward(const T* logits, const I* targets, const T* ma
 // branch and the loop stays scalar (2.3x slower here, bench/RESULTS.md).
 template <class T>
 void Host::adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& s) {
+  const optim::AdamTerms<T> k(s);
   SHARDEX_SIMD
-  for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p, m, v, g, i, s);
+  for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p, m, v, g, i, k);
 }
 
 #define SHARDEX_HOST_PASSES(T)                                                                                        \

@@ -124,7 +124,7 @@ __global__ void fused_backward_kernel(FusedProgram<T> program, const T* g, std::
 }
 
 template <class T>
-__global__ void adam_update_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, optim::AdamStep step) {
+__global__ void adam_update_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, optim::AdamTerms<T> step) {
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) optim::adam_update_at(p, m, v, g, i, step);
 }
 
@@ -192,7 +192,7 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const I* targets,
 template <class T>
 void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& step, cudaStream_t s) {
   if (n <= 0) return;
-  adam_update_kernel<<<grid_for(n), block_size, 0, s>>>(p, m, v, g, n, step);
+  adam_update_kernel<<<grid_for(n), block_size, 0, s>>>(p, m, v, g, n, optim::AdamTerms<T>(step));
   check_launch("adam_update");
 }
 template <class T>

@@ -181,7 +181,8 @@ TEST_CASE_TEMPLATE(
   scaled.grad_scale = 0.5;
   Host::adam_update(p.data(), m.data(), v.data(), g.data(), n, scaled);
   Host::adam_update(p2.data(), m2.data(), v2.data(), sg.data(), n, plain);
-  for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p3.data(), m3.data(), v3.data(), sg.data(), i, plain);
+  const optim::AdamTerms<T> terms(plain);
+  for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p3.data(), m3.data(), v3.data(), sg.data(), i, terms);
   CHECK(p == p2);
   CHECK(m == m2);
   CHECK(v == v2);

@@ -25,16 +25,42 @@ struct AdamStep {
   ///@}
 };
 
-/// Element i, with g = grad_scale g: p *= shrink; m = beta1 m + (1 - beta1) g;
-/// v = beta2 v + (1 - beta2) g^2; p -= lr (m / c1) / (sqrt(v / c2) + eps), in
-/// double whatever T.
+/// An AdamStep's scalars folded once per pass and rounded to T, so that the
+/// element update runs in T's arithmetic, as torch.optim.AdamW's does: in
+/// double for a float parameter, each element's two divisions and square root
+/// were double-width vector instructions and the host's pass ran at a third of
+/// its memory bandwidth (bench/RESULTS.md, "AdamW in the parameter's type").
 template <class T>
-SHARDEX_HD inline void adam_update_at(T* p, T* m, T* v, const T* g, std::int64_t i, const AdamStep& s) {
-  const double gi = s.grad_scale * g[i];
-  p[i] = static_cast<T>(s.shrink * p[i]);
-  m[i] = static_cast<T>(s.beta1 * m[i] + (1 - s.beta1) * gi);
-  v[i] = static_cast<T>(s.beta2 * v[i] + (1 - s.beta2) * gi * gi);
-  p[i] -= static_cast<T>(s.lr * (m[i] / s.c1) / (math::sqrt(v[i] / s.c2) + s.eps));
+struct AdamTerms {
+  ///@{
+  /// beta1, 1 - beta1, beta2, 1 - beta2, eps, the decay's factor, the
+  /// gradient's factor, lr / c1 (torch's step size) and 1 / sqrt(c2).
+  T beta1, one_minus_beta1, beta2, one_minus_beta2, eps, shrink, grad_scale, step_size, inv_sqrt_c2;
+  ///@}
+  SHARDEX_HD explicit AdamTerms(const AdamStep& s)
+      : beta1(static_cast<T>(s.beta1)),
+        one_minus_beta1(static_cast<T>(1 - s.beta1)),
+        beta2(static_cast<T>(s.beta2)),
+        one_minus_beta2(static_cast<T>(1 - s.beta2)),
+        eps(static_cast<T>(s.eps)),
+        shrink(static_cast<T>(s.shrink)),
+        grad_scale(static_cast<T>(s.grad_scale)),
+        step_size(static_cast<T>(s.lr / s.c1)),
+        inv_sqrt_c2(static_cast<T>(1 / math::sqrt(s.c2))) {}
+};
+
+/// Element i, with g = grad_scale g, in T: m = beta1 m + (1 - beta1) g;
+/// v = beta2 v + (1 - beta2) g^2; p = shrink p - (lr / c1) m / (sqrt(v) (1 /
+/// sqrt(c2)) + eps): torch.optim.AdamW's operations in its order, its division
+/// by sqrt(c2) a product with the reciprocal (one division an element, not two).
+template <class T>
+SHARDEX_HD inline void adam_update_at(T* p, T* m, T* v, const T* g, std::int64_t i, const AdamTerms<T>& k) {
+  const T gi = k.grad_scale * g[i];
+  const T mi = k.beta1 * m[i] + k.one_minus_beta1 * gi;
+  const T vi = k.beta2 * v[i] + k.one_minus_beta2 * (gi * gi);
+  m[i] = mi;
+  v[i] = vi;
+  p[i] = k.shrink * p[i] - k.step_size * (mi / (math::sqrt(vi) * k.inv_sqrt_c2 + k.eps));
 }
 
 }  // namespace shardex::optim
