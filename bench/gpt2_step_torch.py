@@ -300,7 +300,8 @@ def report(a, step_s, rss, first_loss):
                       "batch": a.batch, "seq": a.seq, "layers": a.layers, "heads": a.heads, "width": a.width,
                       "vocab": a.vocab, "dtype": a.dtype, "step_ms": round(step_s * 1e3, 3),
                       "tokens_per_s": round(a.batch * a.seq / step_s, 1), "peak_rss_mib": round(rss, 1),
-                      "first_loss": first_loss, "steps": a.steps, "torch": torch.__version__},
+                      "first_loss": first_loss, "steps": a.steps, "torch": torch.__version__,
+                      "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "detected")},
                      separators=(",", ":")), flush=True)
 
 

@@ -219,7 +219,8 @@ def run(rank, a, port, out):
                                 "threads_per_rank": a.threads, "batch": a.batch, "seq": a.seq, "hidden": a.hidden,
                                 "heads": a.heads, "vocab": a.vocab, "dtype": "float32",
                                 "step_ms": statistics.median(steps), "forward_ms": statistics.median(fwds),
-                                "steps": a.steps, "torch": torch.__version__}))
+                                "steps": a.steps, "torch": torch.__version__,
+                                "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "detected")}))
     if dist.is_initialized():
         dist.destroy_process_group()
 

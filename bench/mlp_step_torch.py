@@ -154,6 +154,7 @@ def worker(rank, nranks, args, port):
         T, H, Fd = args.tokens, args.hidden, args.ffn
         print(json.dumps({
             "bench": "mlp_step", "impl": "pytorch", "torch": torch.__version__,
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "detected"),
             "ranks": nranks, "threads_per_rank": args.threads,
             "tokens": T, "hidden": H, "ffn": Fd, "dtype": "float32",
             "step_ms": round(step_ms, 3), "comm_ms": round(comm_ms, 3),

@@ -63,9 +63,53 @@ void eigen_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
 }
 
 #if SHARDEX_WITH_BLAS
+// OpenBLAS built for many CPUs (DYNAMIC_ARCH, as Debian's is) picks its kernels
+// by the CPU's model at load, and takes Prescott's (SSE3) for a model it does
+// not know, as a virtual machine's often is ("Intel(R) Xeon(R) Processor"):
+// 32 GFLOP/s there against 145 with its SkylakeX kernels (bench/RESULTS.md,
+// "OpenBLAS on a CPU it does not know"). Where the user named no core
+// (OPENBLAS_CORETYPE) and OpenBLAS fell back to Prescott on a CPU with AVX-512
+// or AVX2, the kernels are chosen again as OpenBLAS chooses a named core: its
+// dynamic-architecture entry points, weak because a single-CPU build lacks them.
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+}
+
+std::string& blas_core_note() {
+  static std::string note;
+  return note;
+}
+
+void correct_blas_core() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::string found = openblas_get_corename();
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr || gotoblas_dynamic_init == nullptr ||
+        gotoblas_dynamic_quit == nullptr || found != "Prescott")
+      return;
+    __builtin_cpu_init();
+    const char* core = nullptr;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+      core = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      core = "Haswell";
+    if (core == nullptr) return;
+    ::setenv("OPENBLAS_CORETYPE", core, 1);  // read by gotoblas_dynamic_init, then taken away again
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    ::unsetenv("OPENBLAS_CORETYPE");
+    blas_core_note() = " (OpenBLAS took " + found + ", its fallback for a CPU it does not know; shardex chose " +
+                       openblas_get_corename() + " for this CPU's " +
+                       (std::string_view(core) == "SkylakeX" ? "AVX-512" : "AVX2") + ")";
+  });
+}
+
 // OpenBLAS starts as many threads as cores; a rank uses host::threads() (one
 // by default, one rank per core), set again only when it changes.
 void blas_threads() {
+  correct_blas_core();
   static std::atomic<int> set{0};
   const int want = host::threads();
   if (set.exchange(want, std::memory_order_relaxed) != want) openblas_set_num_threads(want);
@@ -200,8 +244,13 @@ std::string cache_key() {
     }
   std::string classes;  // the classes' cubes: a library that times others does not read this cache
   for (const auto c : cube) classes += std::to_string(c) + "^3 ";
-  return std::string(host::kernel_name(host::GemmKernel::blas)) + " vs eigen; " + classes + std::to_string(n_classes) +
-         " classes; " + std::to_string(host::threads()) + " thread(s);" + cpu;
+  std::string blas = host::kernel_name(host::GemmKernel::blas);
+#if SHARDEX_WITH_BLAS
+  correct_blas_core();
+  blas += std::string(" ") + openblas_get_corename();  // times of other kernels are not these
+#endif
+  return blas + " vs eigen; " + classes + std::to_string(n_classes) + " classes; " + std::to_string(host::threads()) +
+         " thread(s);" + cpu;
 }
 
 // ns (2 per class) and the ranks they sum over, or false.
@@ -317,6 +366,15 @@ const char* kernel_name(GemmKernel k) noexcept { return k == GemmKernel::blas ? 
 
 bool have_blas() noexcept { return SHARDEX_WITH_BLAS != 0; }
 
+std::string blas_core() {
+#if SHARDEX_WITH_BLAS
+  correct_blas_core();
+  return std::string(openblas_get_corename()) + blas_core_note();
+#else
+  return "none";
+#endif
+}
+
 GemmKernel gemm_kernel(const GemmShape& g, int element_bytes) {
   return current().kernel[class_of(element_bytes == 8 ? 1 : 0, g.ta, g.tb, size_class(g))];
 }
@@ -371,9 +429,9 @@ std::string gemm_kernels_report() {
   if (!c.measured)
     return std::string("gemm kernels: ") + kernel_name(c.classes.front().kernel) + " for every product (" +
            (have_blas() ? "SHARDEX_GEMM" : "a build without BLAS") + ")\n";
-  std::string out = std::string("gemm kernels (") +
-                    (c.from_cache ? "measured before, from the cache" : "measured at start-up") +
-                    "; SHARDEX_GEMM=eigen|blas|auto overrides):\n";
+  std::string out =
+      std::string("gemm kernels (") + (c.from_cache ? "measured before, from the cache" : "measured at start-up") +
+      "; SHARDEX_GEMM=eigen|blas|auto overrides), " + kernel_name(GemmKernel::blas) + " core " + blas_core() + ":\n";
   char line[160];
   for (const GemmClassChoice& k : c.classes) {
     std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s, %s %6.1f GFLOP/s\n",
@@ -386,7 +444,8 @@ std::string gemm_kernels_report() {
 
 std::string gemm_kernels_json() {
   const GemmChoice c = gemm_kernels();
-  std::string out = std::string("\"gemm_kernels\":{\"measured\":") + (c.measured ? "true" : "false");
+  std::string out = std::string("\"gemm_kernels\":{\"measured\":") + (c.measured ? "true" : "false") +
+                    ",\"blas_core\":" + nlohmann::json(blas_core()).dump();
   for (const GemmClassChoice& k : c.classes) out += ",\"" + class_label(k) + "\":\"" + kernel_name(k.kernel) + "\"";
   return out + "}";
 }

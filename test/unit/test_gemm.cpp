@@ -169,6 +169,24 @@ TEST_CASE("each shape class runs the kernel measured faster, the same on every r
   CHECK(report.find(c.measured ? "measured" : "for every product") != std::string::npos);
 }
 
+// OpenBLAS falls back to Prescott's SSE3 kernels on a CPU model it does not
+// know (this machine kind's virtual CPU: 32 GFLOP/s instead of 145); shardex
+// chooses the kernels of the instructions the CPU has (src/host_gemm.cpp).
+// Skipped without a BLAS, where the user named a core, or on a CPU without AVX2.
+bool cpu_has_avx2_fma() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+TEST_CASE("OpenBLAS does not run its Prescott fallback on a CPU with AVX-512 or AVX2" *
+          doctest::skip(!host::have_blas() || std::getenv("OPENBLAS_CORETYPE") != nullptr || !cpu_has_avx2_fma())) {
+  const std::string core = host::blas_core();
+  CAPTURE(core);
+  CHECK(core.rfind("Prescott", 0) != 0);
+  CHECK(host::gemm_kernels_report().find("core " + core) != std::string::npos);
+  // The environment is as the program left it: the variable was set for OpenBLAS's choice only.
+  CHECK(std::getenv("OPENBLAS_CORETYPE") == nullptr);
+}
+
 TEST_CASE("SHARDEX_GEMM that names no kernel is refused, naming the variable and the choices") {
   const GemmOverride restored_at_the_end("auto");
   std::string message;

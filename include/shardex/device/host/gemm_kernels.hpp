@@ -22,7 +22,7 @@
 ///
 /// @code
 /// std::cout << shardex::host::gemm_kernels_report();
-/// // gemm kernels (measured at start-up; SHARDEX_GEMM=eigen|blas|auto overrides):
+/// // gemm kernels (measured at start-up; SHARDEX_GEMM=eigen|blas|auto overrides), openblas core SkylakeX:
 /// //   float NN small   ( 32^3): openblas  eigen   42.2 GFLOP/s, openblas   94.8 GFLOP/s
 /// //   ...
 /// @endcode
@@ -47,6 +47,12 @@ const char* kernel_name(GemmKernel k) noexcept;
 
 /// Whether this build of the library has a BLAS.
 bool have_blas() noexcept;
+
+/// The BLAS's kernels: OpenBLAS's core name ("SkylakeX"), with a note when
+/// shardex chose it because OpenBLAS fell back to Prescott's SSE3 kernels on a
+/// CPU it did not recognize (a virtual machine's, often) that has AVX-512 or
+/// AVX2; "none" without a BLAS. OPENBLAS_CORETYPE, when set, is left alone.
+std::string blas_core();
 
 /// The kernel that runs products of shape `g` with elements of `element_bytes`
 /// (4: float, 8: double). Measures first if nothing has chosen yet.
