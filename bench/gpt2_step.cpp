@@ -12,9 +12,11 @@
 // measured steps of the slowest rank's step time (and of rank 0's forward,
 // backward, and clipping with AdamW), tokens/s, the peak resident
 // memory (the largest rank's), the first step's loss, and the floor: the
-// step's matrix-product flops per rank over the GEMM rate measured here in the
-// same run, on every rank at once, on the step's MLP product (the faster of
-// Eigen's kernel and the BLAS's).
+// step's matrix-product flops per rank over the GEMM rate measured here, on
+// every rank at once, on the step's MLP product (the faster of Eigen's kernel
+// and the BLAS's), right after each measured step; vs_floor is the median over
+// the steps of each step over the floor of its moment, gemm_floor_ms the floor
+// at the median rates.
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -85,9 +87,33 @@ int main(int argc, char** argv) {
     const gpt2::Batch b = gpt2::batch_at(tokens, 0, batch, seq);
     const auto ids = gpt2::ids_tensor<Host>(comm, b.inputs), targets = gpt2::ids_tensor<Host>(comm, b.targets);
 
+    // The GEMM rate, every rank at once, on the MLP's first product (tokens x
+    // width x this rank's columns), the faster of Eigen's kernel and the BLAS's:
+    // the best of three runs each, taken right after every measured step, so
+    // that each step is set against the rate the machine gave at that moment
+    // (a shared machine's rate moves by a third within a run).
+    const std::int64_t cols = std::max<std::int64_t>(1, split.ffn[static_cast<std::size_t>(comm.rank())]);
+    const GemmShape shape = GemmShape::plain(batch * seq, c.width, cols);
+    std::vector<T> x(static_cast<std::size_t>(batch * seq * c.width), T(0.5)),
+        w(static_cast<std::size_t>(c.width * cols), T(0.25));
+    auto out = Host::allocate<T>(batch * seq * cols);
+    const auto rate = [&](host::GemmKernel k) {
+      std::vector<double> ts;
+      for (int i = 0; i < 3; ++i) {
+        comm.barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        host::gemm_with(k, shape, T(1), x.data(), w.data(), T(0), out.get());
+        ts.push_back(
+            max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      }
+      return 2.0 * double(batch * seq) * double(c.width) * double(cols) / *std::min_element(ts.begin(), ts.end()) / 1e9;
+    };
+    const double flops_per_rank = step_flops(c, batch, seq) / double(n);
+
     double first_loss = 0;
-    // The step, and its parts on rank 0: forward, backward, clipping and AdamW.
-    std::vector<double> ms, forward_ms, backward_ms, update_ms;
+    // The step, and its parts on rank 0: forward, backward, clipping and AdamW;
+    // after each measured one, the GEMM rates and the step over its floor.
+    std::vector<double> ms, forward_ms, backward_ms, update_ms, eigen_rates, blas_rates, vs_floor;
     const auto since = [](auto t) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() * 1e3;
     };
@@ -102,34 +128,19 @@ int main(int argc, char** argv) {
       const double t = since(t0);
       if (s == 0) first_loss = double(loss.data()[0]);
       if (s >= warmup) {
-        ms.push_back(max_over_ranks(comm, t));
+        const double step = max_over_ranks(comm, t);
+        ms.push_back(step);
         forward_ms.push_back(forward), backward_ms.push_back(backward_end - forward);
         update_ms.push_back(t - backward_end);
+        eigen_rates.push_back(rate(host::GemmKernel::eigen));
+        blas_rates.push_back(host::have_blas() ? rate(host::GemmKernel::blas) : 0.0);
+        const double gflops = std::max(eigen_rates.back(), blas_rates.back());
+        vs_floor.push_back(step / (flops_per_rank / (gflops * 1e9) * 1e3));
       }
     }
     const double step_ms = median(ms);
-
-    // The GEMM rate, every rank at once, on the MLP's first product (tokens x width x this rank's columns).
-    const std::int64_t cols = std::max<std::int64_t>(1, split.ffn[static_cast<std::size_t>(comm.rank())]);
-    const GemmShape shape = GemmShape::plain(batch * seq, c.width, cols);
-    std::vector<T> x(static_cast<std::size_t>(batch * seq * c.width), T(0.5)),
-        w(static_cast<std::size_t>(c.width * cols), T(0.25));
-    auto out = Host::allocate<T>(batch * seq * cols);
-    const auto rate = [&](host::GemmKernel k) {
-      std::vector<double> ts;
-      for (int i = 0; i < 4; ++i) {
-        comm.barrier();
-        const auto t0 = std::chrono::steady_clock::now();
-        host::gemm_with(k, shape, T(1), x.data(), w.data(), T(0), out.get());
-        ts.push_back(
-            max_over_ranks(comm, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
-      }
-      return 2.0 * double(batch * seq) * double(c.width) * double(cols) / *std::min_element(ts.begin() + 1, ts.end()) /
-             1e9;
-    };
-    const double eigen = rate(host::GemmKernel::eigen), blas = host::have_blas() ? rate(host::GemmKernel::blas) : 0.0;
+    const double eigen = median(eigen_rates), blas = median(blas_rates);
     const double gflops = std::max(eigen, blas);
-    const double flops_per_rank = step_flops(c, batch, seq) / double(n);
     const double floor_ms = flops_per_rank / (gflops * 1e9) * 1e3;
 
     rusage usage{};
@@ -145,8 +156,9 @@ int main(int argc, char** argv) {
                 << ",\"forward_ms\":" << median(forward_ms) << ",\"backward_ms\":" << median(backward_ms)
                 << ",\"clip_adamw_ms\":" << median(update_ms) << ",\"step_gflop\":" << step_flops(c, batch, seq) / 1e9
                 << ",\"gemm_gflops_per_rank\":" << gflops << ",\"gemm_gflops_eigen\":" << eigen
-                << ",\"gemm_gflops_blas\":" << blas << ",\"gemm_floor_ms\":" << floor_ms
-                << ",\"vs_floor\":" << step_ms / floor_ms << "}" << std::endl;
+                << ",\"gemm_gflops_blas\":" << blas << ",\"blas_core\":\""
+                << host::blas_core().substr(0, host::blas_core().find(' ')) << "\",\"gemm_floor_ms\":" << floor_ms
+                << ",\"vs_floor\":" << median(vs_floor) << "}" << std::endl;
     return 0;
   });
 }

@@ -37,6 +37,7 @@ struct AdamTerms {
   /// gradient's factor, lr / c1 (torch's step size) and 1 / sqrt(c2).
   T beta1, one_minus_beta1, beta2, one_minus_beta2, eps, shrink, grad_scale, step_size, inv_sqrt_c2;
   ///@}
+  /// The terms of step `s`, in T.
   SHARDEX_HD explicit AdamTerms(const AdamStep& s)
       : beta1(static_cast<T>(s.beta1)),
         one_minus_beta1(static_cast<T>(1 - s.beta1)),
