@@ -428,7 +428,9 @@ std::string gemm_kernels_report() {
   const GemmChoice c = gemm_kernels();
   if (!c.measured)
     return std::string("gemm kernels: ") + kernel_name(c.classes.front().kernel) + " for every product (" +
-           (have_blas() ? "SHARDEX_GEMM" : "a build without BLAS") + ")\n";
+           (have_blas() ? std::string("SHARDEX_GEMM), ") + kernel_name(GemmKernel::blas) + " core " + blas_core()
+                        : std::string("a build without BLAS)")) +
+           "\n";
   std::string out =
       std::string("gemm kernels (") + (c.from_cache ? "measured before, from the cache" : "measured at start-up") +
       "; SHARDEX_GEMM=eigen|blas|auto overrides), " + kernel_name(GemmKernel::blas) + " core " + blas_core() + ":\n";
