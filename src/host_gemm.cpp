@@ -155,17 +155,19 @@ void run_kernel(host::GemmKernel k, const GemmShape& g, T alpha, const T* a, con
 }
 
 // The classes: element type x transposition x size, the size by the geometric
-// mean of m, n, k (small below 48, medium below 160, large above), each timed
-// on a cube of its size.
-constexpr int n_types = 2, n_trans = 4, n_sizes = 3;
+// mean of m, n, k (small below 48, medium below 160, large below 320, huge
+// above), each timed on a cube of its size: the huge class is a model's
+// products (GPT-2 small's are 420-1700 by that mean), which 192^3 stood for
+// before (bench/RESULTS.md, "The GEMM classes").
+constexpr int n_types = 2, n_trans = 4, n_sizes = 4;
 constexpr int n_classes = n_types * n_trans * n_sizes;
-constexpr std::array<std::int64_t, n_sizes> cube = {32, 96, 192};
-constexpr std::array<int, n_sizes> repeats = {16, 4, 2};
-constexpr std::array<const char*, n_sizes> size_names = {"small", "medium", "large"};
+constexpr std::array<std::int64_t, n_sizes> cube = {32, 96, 192, 384};
+constexpr std::array<int, n_sizes> repeats = {16, 4, 2, 2};
+constexpr std::array<const char*, n_sizes> size_names = {"small", "medium", "large", "huge"};
 
 int size_class(const GemmShape& g) {
   const double mean = std::cbrt(static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k));
-  return mean < 48 ? 0 : mean < 160 ? 1 : 2;
+  return mean < 48 ? 0 : mean < 160 ? 1 : mean < 320 ? 2 : 3;
 }
 int class_of(int type, bool ta, bool tb, int size) {
   return (type * n_trans + (ta ? 2 : 0) + (tb ? 1 : 0)) * n_sizes + size;
@@ -305,6 +307,18 @@ void measure(Choice& c) {
       }
 }
 
+// The kernel of a class from its two times: Eigen's only when it is more than
+// 5 % faster. A class's cube is timed with its operands in cache, where the two
+// come within a few percent of each other on large products (and trade places
+// between runs); in a model's step, its weights read cold, OpenBLAS's kernel
+// was the faster: GPT-2 small's step 8-20 % faster with it for every product
+// than with Eigen's where a cube had Eigen ahead by 0.5-6 % (bench/RESULTS.md,
+// "The GEMM classes").
+host::GemmKernel faster(std::int64_t eigen_ns, std::int64_t blas_ns) {
+  return static_cast<double>(blas_ns) < 1.05 * static_cast<double>(eigen_ns) ? host::GemmKernel::blas
+                                                                             : host::GemmKernel::eigen;
+}
+
 void choose_locked(const host::GemmAgreement& agree) {
 #if SHARDEX_WITH_BLAS
   // Here, when the environment starts, on every rank: OpenBLAS's kernel table
@@ -348,8 +362,7 @@ void choose_locked(const host::GemmAgreement& agree) {
     }
     if (agree.rank == 0) write_cache(path, c.ns, c.ranks);
   }
-  for (int cls = 0; cls < n_classes; ++cls)
-    c.kernel[cls] = c.ns[2 * cls + 1] < c.ns[2 * cls] ? host::GemmKernel::blas : host::GemmKernel::eigen;
+  for (int cls = 0; cls < n_classes; ++cls) c.kernel[cls] = faster(c.ns[2 * cls], c.ns[2 * cls + 1]);
   choice() = c;
 }
 

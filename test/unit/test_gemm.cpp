@@ -137,11 +137,11 @@ TEST_CASE("Host::gemm through the BLAS equals the definition (transpositions, st
   CHECK(worst_difference<float>() < 1e-5);
 }
 
-TEST_CASE("each shape class runs the kernel measured faster, the same on every rank") {
+TEST_CASE("each shape class runs the kernel measured faster (Eigen's by more than 5 %), the same on every rank") {
   const GemmOverride automatic("auto");
   const host::GemmChoice c = host::gemm_kernels();
   CHECK(c.measured == host::have_blas());
-  REQUIRE(c.classes.size() == 24);  // 2 element types x 4 transpositions x 3 sizes
+  REQUIRE(c.classes.size() == 32);  // 2 element types x 4 transpositions x 4 sizes
   for (const auto& k : c.classes) {
     CAPTURE(k.element_bytes);
     CAPTURE(k.ta);
@@ -150,7 +150,8 @@ TEST_CASE("each shape class runs the kernel measured faster, the same on every r
     if (c.measured) {
       CHECK(k.eigen_gflops > 0);
       CHECK(k.blas_gflops > 0);
-      CHECK(k.kernel == (k.blas_gflops > k.eigen_gflops ? host::GemmKernel::blas : host::GemmKernel::eigen));
+      // Eigen's kernel only when more than 5 % faster (src/host_gemm.cpp: the BLAS reads cold operands better).
+      CHECK(k.kernel == (k.eigen_gflops >= 1.05 * k.blas_gflops ? host::GemmKernel::eigen : host::GemmKernel::blas));
     } else {
       CHECK(k.kernel == host::GemmKernel::eigen);
     }

@@ -64,8 +64,8 @@ GemmKernel gemm_kernel(const GemmShape& g, int element_bytes);
 struct GemmClassChoice {
   ///@{
   /// The class: 4 (float) or 8 (double) bytes, A and B transposed, "small",
-  /// "medium" or "large" by the geometric mean of m, n, k (below 48, below
-  /// 160, above), and the side of the cube it was timed on.
+  /// "medium", "large" or "huge" by the geometric mean of m, n, k (below 48,
+  /// below 160, below 320, above), and the side of the cube it was timed on.
   int element_bytes = 4;
   bool ta = false, tb = false;
   const char* size = "";
