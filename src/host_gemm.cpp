@@ -31,6 +31,14 @@
 #include <cblas.h>
 #endif
 
+#if SHARDEX_WITH_BLAS
+// OpenBLAS's dynamic-architecture entry points (correct_blas_core below).
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+}
+#endif
+
 namespace shardex {
 
 namespace {
@@ -63,46 +71,54 @@ void eigen_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
 }
 
 #if SHARDEX_WITH_BLAS
-// OpenBLAS built for many CPUs (DYNAMIC_ARCH, as Debian's is) picks its kernels
-// by the CPU's model at load, and takes Prescott's (SSE3) for a model it does
-// not know, as a virtual machine's often is ("Intel(R) Xeon(R) Processor"):
-// 32 GFLOP/s there against 145 with its SkylakeX kernels (bench/RESULTS.md,
-// "OpenBLAS on a CPU it does not know"). Where the user named no core
-// (OPENBLAS_CORETYPE) and OpenBLAS fell back to Prescott on a CPU with AVX-512
-// or AVX2, the kernels are chosen again as OpenBLAS chooses a named core: its
-// dynamic-architecture entry points, weak because a single-CPU build lacks them.
-extern "C" {
-void gotoblas_dynamic_init(void) __attribute__((weak));
-void gotoblas_dynamic_quit(void) __attribute__((weak));
-}
-
 std::string& blas_core_note() {
   static std::string note;
   return note;
 }
 
+// OpenBLAS built for many CPUs (DYNAMIC_ARCH, as Debian's is) picks its kernels
+// by the CPU's model at load, and takes Prescott's (SSE3) for a model it does
+// not know, as a virtual machine's often is ("Intel(R) Xeon(R) Processor"):
+// 32 GFLOP/s there against 145 with its SkylakeX kernels (bench/RESULTS.md,
+// "OpenBLAS on a CPU it does not know"). Where the user named no core
+// (OPENBLAS_CORETYPE) and OpenBLAS fell back to Prescott on an x86 CPU with
+// AVX-512 or AVX2, the kernels are chosen again as OpenBLAS chooses a named
+// core, through its dynamic-architecture entry points (weak: a single-CPU
+// build lacks them). mpi::Environment does it first, before MPI_Init starts
+// threads: the variable is set for OpenBLAS's reading only, and the kernel
+// table is empty for the moment between the two calls.
 void correct_blas_core() {
   static std::once_flag once;
   std::call_once(once, [] {
+#if defined(__x86_64__) || defined(__i386__)
     const std::string found = openblas_get_corename();
-    if (std::getenv("OPENBLAS_CORETYPE") != nullptr || gotoblas_dynamic_init == nullptr ||
-        gotoblas_dynamic_quit == nullptr || found != "Prescott")
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr || found != "Prescott") return;
+    if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) {
+      blas_core_note() = " (OpenBLAS's fallback; left: this OpenBLAS cannot choose its kernels again)";
       return;
+    }
     __builtin_cpu_init();
-    const char* core = nullptr;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
-      core = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      core = "Haswell";
-    if (core == nullptr) return;
-    ::setenv("OPENBLAS_CORETYPE", core, 1);  // read by gotoblas_dynamic_init, then taken away again
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
-    ::unsetenv("OPENBLAS_CORETYPE");
-    blas_core_note() = " (OpenBLAS took " + found + ", its fallback for a CPU it does not know; shardex chose " +
-                       openblas_get_corename() + " for this CPU's " +
-                       (std::string_view(core) == "SkylakeX" ? "AVX-512" : "AVX2") + ")";
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512cd");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // The widest first; OpenBLAS maps a core its build lacks to another, so each is checked.
+    for (const char* core : {avx512 ? "SkylakeX" : nullptr, avx2 ? "Haswell" : nullptr}) {
+      if (core == nullptr) continue;
+      ::setenv("OPENBLAS_CORETYPE", core, 1);
+      gotoblas_dynamic_quit();
+      gotoblas_dynamic_init();
+      ::unsetenv("OPENBLAS_CORETYPE");
+      if (std::string(openblas_get_corename()) != found) {
+        blas_core_note() = " (OpenBLAS took " + found + ", its fallback for a CPU it does not know; shardex chose " +
+                           openblas_get_corename() + " for this CPU's " +
+                           (std::string_view(core) == "SkylakeX" ? "AVX-512" : "AVX2") + ")";
+        return;
+      }
+    }
+    if (avx512 || avx2)
+      blas_core_note() = " (OpenBLAS's fallback; left: this OpenBLAS has no kernels for the CPU's AVX)";
+#endif
   });
 }
 

@@ -40,6 +40,7 @@ void choose_gemm_kernels_together() {
 
 Environment::Environment(int& argc, char**& argv) {
   host::keep_freed_memory();
+  host::blas_core();  // OpenBLAS's kernels corrected before MPI_Init starts threads (src/host_gemm.cpp)
   if (!initialized()) {
     check(MPI_Init(&argc, &argv), "MPI_Init");
     owns_ = true;
@@ -50,6 +51,7 @@ Environment::Environment(int& argc, char**& argv) {
 
 Environment::Environment() {
   host::keep_freed_memory();
+  host::blas_core();  // as above
   if (!initialized()) {
     check(MPI_Init(nullptr, nullptr), "MPI_Init");
     owns_ = true;

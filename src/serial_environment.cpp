@@ -10,6 +10,7 @@
 
 #include "shardex/config.hpp"
 #include "shardex/core/trace.hpp"
+#include "shardex/device/host/gemm_kernels.hpp"
 #include "shardex/device/host/memory_pool.hpp"
 
 #if SHARDEX_WITH_MPI
@@ -26,6 +27,7 @@ Environment::Environment(int& /*argc*/, char**& /*argv*/) : Environment() {}
 
 Environment::Environment() : owns_(true) {
   host::keep_freed_memory();
+  host::blas_core();  // OpenBLAS's kernels corrected before any product (src/host_gemm.cpp)
   ++g_alive;
   trace::start_from_environment();
 }

@@ -137,7 +137,10 @@ TEST_CASE("Host::gemm through the BLAS equals the definition (transpositions, st
   CHECK(worst_difference<float>() < 1e-5);
 }
 
-TEST_CASE("each shape class runs the kernel measured faster (Eigen's by more than 5 %), the same on every rank") {
+// Skipped under the sanitizers: its measurement times Eigen's kernel at -O0
+// there, the huge class's 384^3 cube alone for seconds; the main suite runs it.
+TEST_CASE("each shape class runs the kernel measured faster (Eigen's by more than 5 %), the same on every rank" *
+          doctest::skip(test::sanitized)) {
   const GemmOverride automatic("auto");
   const host::GemmChoice c = host::gemm_kernels();
   CHECK(c.measured == host::have_blas());
@@ -173,19 +176,28 @@ TEST_CASE("each shape class runs the kernel measured faster (Eigen's by more tha
 // OpenBLAS falls back to Prescott's SSE3 kernels on a CPU model it does not
 // know (this machine kind's virtual CPU: 32 GFLOP/s instead of 145); shardex
 // chooses the kernels of the instructions the CPU has (src/host_gemm.cpp).
-// Skipped without a BLAS, where the user named a core, or on a CPU without AVX2.
+// Skipped without a BLAS, where the user named a core, or off x86 or without AVX2.
 bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
 }
 TEST_CASE("OpenBLAS does not run its Prescott fallback on a CPU with AVX-512 or AVX2" *
           doctest::skip(!host::have_blas() || std::getenv("OPENBLAS_CORETYPE") != nullptr || !cpu_has_avx2_fma())) {
   const std::string core = host::blas_core();
   CAPTURE(core);
-  CHECK(core.rfind("Prescott", 0) != 0);
   CHECK(host::gemm_kernels_report().find("core " + core) != std::string::npos);
   // The environment is as the program left it: the variable was set for OpenBLAS's choice only.
   CHECK(std::getenv("OPENBLAS_CORETYPE") == nullptr);
+  if (core.find("; left: ") != std::string::npos) {  // an OpenBLAS that cannot change its kernels: said, not hidden
+    MESSAGE("this OpenBLAS keeps its fallback: " << core);
+    CHECK(core.rfind("Prescott", 0) == 0);
+    return;
+  }
+  CHECK(core.rfind("Prescott", 0) != 0);
 }
 
 TEST_CASE("SHARDEX_GEMM that names no kernel is refused, naming the variable and the choices") {

@@ -52,8 +52,9 @@ struct AdamTerms {
 
 /// Element i, with g = grad_scale g, in T: m = beta1 m + (1 - beta1) g;
 /// v = beta2 v + (1 - beta2) g^2; p = shrink p - (lr / c1) m / (sqrt(v) (1 /
-/// sqrt(c2)) + eps): torch.optim.AdamW's operations in its order, its division
-/// by sqrt(c2) a product with the reciprocal (one division an element, not two).
+/// sqrt(c2)) + eps): torch.optim.AdamW's formula, within a few ulp of its
+/// float results (torch updates m by lerp and divides by sqrt(c2); here one
+/// division an element, not two).
 template <class T>
 SHARDEX_HD inline void adam_update_at(T* p, T* m, T* v, const T* g, std::int64_t i, const AdamTerms<T>& k) {
   const T gi = k.grad_scale * g[i];
