@@ -336,11 +336,6 @@ host::GemmKernel faster(std::int64_t eigen_ns, std::int64_t blas_ns) {
 }
 
 void choose_locked(const host::GemmAgreement& agree) {
-#if SHARDEX_WITH_BLAS
-  // Here, when the environment starts, on every rank: OpenBLAS's kernel table
-  // is swapped before any product, not under another thread's call.
-  correct_blas_core();
-#endif
   Choice c;
   c.made = true;
   const int requested = requested_kernel();
