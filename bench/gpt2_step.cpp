@@ -16,7 +16,12 @@
 // every rank at once, on the step's MLP product (the faster of Eigen's kernel
 // and the BLAS's), right after each measured step; vs_floor is the median over
 // the steps of each step over the floor of its moment, gemm_floor_ms the floor
-// at the median rates.
+// at the median rates. Where rank 0's step goes, from its counters
+// (core/counters.hpp): products_ms in the matrix products (products_gflops
+// their rate there, operands cold as a step leaves them, against the floor's
+// rate on one product over and over), comm_ms in collective calls (waiting
+// for the other rank included), rest_ms the rest (the norms, attention's
+// softmax, GELU, cross-entropy's exponentials, clipping and AdamW).
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -114,24 +119,31 @@ int main(int argc, char** argv) {
     // The step, and its parts on rank 0: forward, backward, clipping and AdamW;
     // after each measured one, the GEMM rates and the step over its floor.
     std::vector<double> ms, forward_ms, backward_ms, update_ms, eigen_rates, blas_rates, vs_floor;
+    std::vector<double> products_ms, products_gflops, comm_ms, rest_ms;
     const auto since = [](auto t) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() * 1e3;
     };
     for (std::int64_t s = 0; s < warmup + steps; ++s) {
       comm.barrier();
       const auto t0 = std::chrono::steady_clock::now();
+      const Counters c0 = counters();
       const Tensor<T, Invariant> loss = model.loss(ids, targets, batch, seq);
       const double forward = since(t0);
       backward(loss);
       const double backward_end = since(t0);
       opt.step(model, gpt2::grad_clipping(model, 1.0).scale);
       const double t = since(t0);
+      const Counters spent = counters() - c0;
       if (s == 0) first_loss = double(loss.data()[0]);
       if (s >= warmup) {
         const double step = max_over_ranks(comm, t);
         ms.push_back(step);
         forward_ms.push_back(forward), backward_ms.push_back(backward_end - forward);
         update_ms.push_back(t - backward_end);
+        products_ms.push_back(spent.gemm_seconds * 1e3);
+        products_gflops.push_back(spent.gemm_flops / spent.gemm_seconds / 1e9);
+        comm_ms.push_back(spent.backend_seconds * 1e3);
+        rest_ms.push_back(t - (spent.gemm_seconds + spent.backend_seconds) * 1e3);
         eigen_rates.push_back(rate(host::GemmKernel::eigen));
         blas_rates.push_back(host::have_blas() ? rate(host::GemmKernel::blas) : 0.0);
         const double gflops = std::max(eigen_rates.back(), blas_rates.back());
@@ -158,7 +170,9 @@ int main(int argc, char** argv) {
                 << ",\"clip_adamw_ms\":" << median(update_ms) << ",\"step_gflop\":" << step_flops(c, batch, seq) / 1e9
                 << ",\"gemm_gflops_per_rank\":" << gflops << ",\"gemm_gflops_eigen\":" << eigen
                 << ",\"gemm_gflops_blas\":" << blas << ",\"blas_core\":\"" << core.substr(0, core.find(' '))
-                << "\",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << median(vs_floor) << "}" << std::endl;
+                << "\",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << median(vs_floor)
+                << ",\"products_ms\":" << median(products_ms) << ",\"products_gflops\":" << median(products_gflops)
+                << ",\"comm_ms\":" << median(comm_ms) << ",\"rest_ms\":" << median(rest_ms) << "}" << std::endl;
     return 0;
   });
 }

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardex/config.hpp"
+#include "shardex/core/counters.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
@@ -180,6 +181,12 @@ constexpr int n_classes = n_types * n_trans * n_sizes;
 constexpr std::array<std::int64_t, n_sizes> cube = {32, 96, 192, 384};
 constexpr std::array<int, n_sizes> repeats = {16, 4, 2, 2};
 constexpr std::array<const char*, n_sizes> size_names = {"small", "medium", "large", "huge"};
+
+/// The flops the counters credit a product with: 2 m n k per batch entry.
+double product_flops(const GemmShape& g) {
+  return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
+         static_cast<double>(g.batch);
+}
 
 int size_class(const GemmShape& g) {
   const double mean = std::cbrt(static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k));
@@ -416,6 +423,7 @@ void choose_gemm_kernels(const GemmAgreement& agree) {
 template <class T>
 void gemm_with(GemmKernel k, const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const shardex::detail::GemmTimer timed(product_flops(g));
   run_kernel(k, g, alpha, a, b, beta, c);
 }
 template void gemm_with<float>(GemmKernel, const GemmShape&, float, const float*, const float*, float, float*);
@@ -486,6 +494,7 @@ std::string gemm_kernels_json() {
 template <class T>
 void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const detail::GemmTimer timed(product_flops(g));
   run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);
 }
 

@@ -83,6 +83,26 @@ bool scaled(const Tensor<double, L>& g, const Tensor<double, L>& before, double 
 
 }  // namespace
 
+TEST_CASE("the host's sum of squares (four quarters at once, then the tail) is the sum of every element's square") {
+  for (const std::int64_t n : {0, 1, 3, 4, 5, 7, 8, 11, 1001}) {
+    CAPTURE(n);
+    std::vector<float> x(static_cast<std::size_t>(n));
+    double want = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      x[static_cast<std::size_t>(i)] = static_cast<float>(i % 13) - 6.5f + 0.125f * static_cast<float>(i % 3);
+      want += double(x[static_cast<std::size_t>(i)]) * double(x[static_cast<std::size_t>(i)]);
+    }
+    // Every element counted once: the last ones (past 4 * (n / 4)) changed alone change the sum.
+    CHECK(detail::sum_of_squares<Host>(x.data(), n) == doctest::Approx(want).epsilon(1e-15));
+    if (n > 0) {
+      x.back() += 1.0f;
+      const double moved =
+          want - double(x.back() - 1.0f) * double(x.back() - 1.0f) + double(x.back()) * double(x.back());
+      CHECK(detail::sum_of_squares<Host>(x.data(), n) == doctest::Approx(moved).epsilon(1e-15));
+    }
+  }
+}
+
 TEST_CASE("grad_norm of a Megatron MLP: the unsharded model's norm, the Invariant bias counted once") {
   const int n = world().size();
   auto rng = test::shared_rng(41);

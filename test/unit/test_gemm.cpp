@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "shardex/core/counters.hpp"
 #include "shardex/core/error.hpp"
 #include "shardex/device/host/host.hpp"
 
@@ -135,6 +136,31 @@ TEST_CASE("Host::gemm through the BLAS equals the definition (transpositions, st
   CHECK(host::gemm_kernel(GemmShape::plain(64, 64, 64), 8) == host::GemmKernel::blas);
   CHECK(worst_difference<double>() < 1e-13);
   CHECK(worst_difference<float>() < 1e-5);
+}
+
+TEST_CASE(
+    "the counters credit each host product with its 2 m n k flops per batch entry and its time; an empty one "
+    "with nothing") {
+  std::vector<double> a(6 * 4, 0.5), b(4 * 5 * 3, 0.25), c(6 * 5 * 3, 0.0);
+  GemmShape g = GemmShape::plain(6, 4, 5);
+  const Counters before = counters();
+  Host::gemm(g, 1.0, a.data(), b.data(), 0.0, c.data());
+  Counters one = counters() - before;
+  CHECK(one.gemm_calls == 1);
+  CHECK(one.gemm_flops == 2.0 * 6 * 4 * 5);
+  CHECK(one.gemm_seconds > 0);
+  CHECK(c[0] == doctest::Approx(4 * 0.5 * 0.25));
+  g.batch = 3, g.stride_a = 0, g.stride_b = 4 * 5, g.stride_c = 6 * 5;
+  const Counters mid = counters();
+  host::gemm_with(host::GemmKernel::eigen, g, 1.0, a.data(), b.data(), 0.0, c.data());
+  const Counters batched = counters() - mid;
+  CHECK(batched.gemm_calls == 1);
+  CHECK(batched.gemm_flops == 3 * 2.0 * 6 * 4 * 5);
+  const Counters last = counters();
+  Host::gemm(GemmShape::plain(0, 4, 5), 1.0, a.data(), b.data(), 0.0, c.data());
+  const Counters none = counters() - last;
+  CHECK(none.gemm_calls == 0);
+  CHECK(none.gemm_flops == 0);
 }
 
 // Skipped under the sanitizers: its measurement times Eigen's kernel at -O0

@@ -55,10 +55,21 @@ double sum_of_squares(const T* x, std::int64_t n) {
   if (n == 0) return 0.0;
   if constexpr (std::same_as<Dev, Host>) {
     // In vector lanes (a scalar sum is one chain of dependent additions: 4x
-    // slower over GPT-2's 62 M gradients per rank, bench/RESULTS.md).
-    double s = 0.0;
-    SHARDEX_SIMD_SUM(s)
-    for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    // slower over GPT-2's 62 M gradients per rank), and over the four
+    // quarters at once: one core reads one sequential stream at half the
+    // memory bandwidth that four give it (25 -> 19 ms over those 62 M,
+    // bench/RESULTS.md).
+    const std::int64_t q = n / 4;
+    const T *x0 = x, *x1 = x + q, *x2 = x + 2 * q, *x3 = x + 3 * q;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    SHARDEX_PRAGMA(omp simd reduction(+ : s0, s1, s2, s3))
+    for (std::int64_t i = 0; i < q; ++i) {
+      const double y0 = static_cast<double>(x0[i]), y1 = static_cast<double>(x1[i]);
+      const double y2 = static_cast<double>(x2[i]), y3 = static_cast<double>(x3[i]);
+      s0 += y0 * y0, s1 += y1 * y1, s2 += y2 * y2, s3 += y3 * y3;
+    }
+    double s = (s0 + s1) + (s2 + s3);
+    for (std::int64_t i = 4 * q; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     return s;
   } else {
     auto out = Dev::template allocate<T>(1);
