@@ -47,11 +47,17 @@ double max_over_ranks(const mpi::Communicator& comm, double v) { return bench::m
 
 /// The flops of the step's matrix products over all ranks: forward (the q, k,
 /// v, output and MLP projections, the scores and their mix over the values
-/// (causal: half of each is skipped, counted whole, as the kernels compute
-/// whole tiles), the logits), and twice that backward.
+/// as causal_attention computes them: each block of up to 64 query rows
+/// against the keys up to its end, all of the (seq, seq) scores at seq 64 and
+/// 5/8 of them at 256; the logits), and twice that backward.
 double step_flops(const gpt2::Config& c, std::int64_t batch, std::int64_t seq) {
   const double n = double(batch * seq), d = double(c.width), v = double(c.vocab), l = double(c.layers);
-  const double per_layer = 2 * n * d * (3 * d + d + 8 * d) + 2 * 2 * double(batch) * double(seq) * double(seq) * d;
+  double scores = 0;  // (query, key) pairs a sequence's blocks compute
+  for (std::int64_t r0 = 0; r0 < seq; r0 += detail::CausalShapes::rows_per_block) {
+    const std::int64_t r1 = std::min(seq, r0 + detail::CausalShapes::rows_per_block);
+    scores += double(r1 - r0) * double(r1);
+  }
+  const double per_layer = 2 * n * d * (3 * d + d + 8 * d) + 2 * 2 * double(batch) * scores * d;
   return 3 * (l * per_layer + 2 * n * d * v);
 }
 

@@ -258,10 +258,12 @@ void Host::norm_backward_weight(const T* x, const T* g, const T* mean, const T* 
 }
 
 template <class T>
-void Host::causal_mask(T* scores, std::int64_t blocks, std::int64_t seq) {
+void Host::causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t cols, std::int64_t first_row) {
   // What causal_mask_at does per element, a row at a time: no division per element.
-  for (std::int64_t row = 0; row < blocks * seq; ++row)
-    std::fill(scores + row * seq + row % seq + 1, scores + (row + 1) * seq, -std::numeric_limits<T>::infinity());
+  for (std::int64_t row = 0; row < blocks * rows; ++row) {
+    const std::int64_t keep = std::min(cols, first_row + row % rows + 1);
+    std::fill(scores + row * cols + keep, scores + (row + 1) * cols, -std::numeric_limits<T>::infinity());
+  }
 }
 
 template <class T>
@@ -317,7 +319,7 @@ void Host::adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim
                                              std::int64_t, std::int64_t, bool);                                       \
   template void Host::norm_backward_weight<T>(const T*, const T*, const T*, const T*, T*, T*, std::int64_t,           \
                                               std::int64_t);                                                          \
-  template void Host::causal_mask<T>(T*, std::int64_t, std::int64_t);                                                 \
+  template void Host::causal_mask<T>(T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t);                     \
   template void Host::row_max<T>(const T*, T*, std::int64_t, std::int64_t);
 #define SHARDEX_HOST_TOKEN_PASSES(T, I)                                                                                \
   template void Host::sum_exp_and_target<T, I>(const T*, const I*, const T*, T*, T*, std::int64_t, std::int64_t,       \

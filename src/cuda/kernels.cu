@@ -166,8 +166,10 @@ __global__ void embedding_backward_kernel(T* dtable, const I* ids, const T* g, s
     tokens::embedding_grad_at(dtable, ids, g, i, width, first, rows, [](T* p, T v) { atomicAdd(p, v); });
 }
 template <class T>
-__global__ void causal_mask_kernel(T* scores, std::int64_t n, std::int64_t seq) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) tokens::causal_mask_at(scores, i, seq);
+__global__ void causal_mask_kernel(T* scores, std::int64_t n, std::int64_t rows, std::int64_t cols,
+                                   std::int64_t first_row) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    tokens::causal_mask_at(scores, i, rows, cols, first_row);
 }
 template <class T>
 __global__ void row_max_kernel(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
@@ -233,9 +235,11 @@ void embedding_backward(T* dtable, const I* ids, const T* g, std::int64_t tokens
   check_launch("embedding backward");
 }
 template <class T>
-void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq, cudaStream_t s) {
-  if (blocks * seq * seq <= 0) return;
-  causal_mask_kernel<<<grid_for(blocks * seq * seq), block_size, 0, s>>>(scores, blocks * seq * seq, seq);
+void causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
+                 cudaStream_t s) {
+  const std::int64_t n = blocks * rows * cols;
+  if (n <= 0) return;
+  causal_mask_kernel<<<grid_for(n), block_size, 0, s>>>(scores, n, rows, cols, first_row);
   check_launch("causal_mask");
 }
 template <class T>
@@ -375,8 +379,8 @@ template void adam_update<double>(double*, double*, double*, const double*, std:
 SHARDEX_INSTANTIATE_NORMS(float)
 SHARDEX_INSTANTIATE_NORMS(double)
 #undef SHARDEX_INSTANTIATE_NORMS
-template void causal_mask<float>(float*, std::int64_t, std::int64_t, cudaStream_t);
-template void causal_mask<double>(double*, std::int64_t, std::int64_t, cudaStream_t);
+template void causal_mask<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);
+template void causal_mask<double>(double*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);
 template void row_max<float>(const float*, float*, std::int64_t, std::int64_t, cudaStream_t);
 template void row_max<double>(const double*, double*, std::int64_t, std::int64_t, cudaStream_t);
 

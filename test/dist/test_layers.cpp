@@ -637,6 +637,62 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "causal_attention over several blocks of query rows (seq 150: 64 + 64 + 22) equals the definition; finite "
+    "differences agree with the gradients in every block; a key changes only the outputs from its row on") {
+  constexpr std::int64_t rows_per_block = detail::CausalShapes::rows_per_block;
+  const std::int64_t B = 1, S = 2 * rows_per_block + 22, Hq = 2, Hk = 1, dh = 3;
+  const auto run = [&](int which, std::int64_t at, double bump) {
+    const auto make = [&](std::int64_t heads, int salt, int k) {
+      return Tensor<double, Replicated>::from_function(
+          world(), {B, S, heads, dh}, [=](std::span<const std::int64_t> i) {
+            const std::int64_t flat = ((i[0] * S + i[1]) * heads + i[2]) * dh + i[3];
+            return qkv_at(i[0], i[1], i[2], i[3], salt) + (k == which && flat == at ? bump : 0.0);
+          });
+    };
+    auto q = make(Hq, 51, 0), k = make(Hk, 52, 1), v = make(Hk, 53, 2);
+    for (auto* t : {&q, &k, &v}) t->requires_grad();
+    Tensor<double, Replicated> y = causal_attention(q, k, v);
+    const auto g = Tensor<double, Replicated>::from_function(
+        world(), {B, S, Hq, dh}, [](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], 54); });
+    Tensor<double, Replicated> loss = sum(y * g);
+    backward(loss);
+    return std::make_tuple(loss.local()[0], q.grad().clone(), k.grad().clone(), v.grad().clone(), y.clone());
+  };
+  const auto [l0, dq, dk, dv, y0] = run(-1, 0, 0.0);
+  (void)l0;
+  bool fwd = true;
+  for (std::int64_t i = 0; i < S; ++i)
+    for (std::int64_t h = 0; h < Hq; ++h)
+      for (std::int64_t d = 0; d < dh; ++d)
+        fwd = fwd && close(y0(0, i, h, d), reference_attention(0, i, h, d, dh, 2), 1e-12);
+  CHECK(fwd);
+  const double eps = 1e-6;
+  // Rows 5, 70 and 149: one in each block (the last one partial); q's elements by query head, k's and v's by key.
+  for (int which : {0, 1, 2})
+    for (std::int64_t row : {std::int64_t{5}, rows_per_block + 6, S - 1}) {
+      const std::int64_t heads = which == 0 ? Hq : Hk, at = (row * heads + heads - 1) * dh + 1;
+      CAPTURE(which);
+      CAPTURE(row);
+      const double fd = (std::get<0>(run(which, at, eps)) - std::get<0>(run(which, at, -eps))) / (2 * eps);
+      const auto& grad = which == 0 ? dq : which == 1 ? dk : dv;
+      CHECK(close(grad.local()[static_cast<std::size_t>(at)], fd, 1e-7));
+    }
+  // Bumping v at row 70 (the second block) leaves rows 0..69 as they were and changes 70..149.
+  const std::int64_t row = rows_per_block + 6;
+  const auto y1 = std::get<4>(run(2, row * Hk * dh, 0.5));
+  bool before_same = true, after_changed = true;
+  for (std::int64_t i = 0; i < S; ++i) {
+    bool same = true;
+    for (std::int64_t h = 0; h < Hq; ++h)
+      for (std::int64_t d = 0; d < dh; ++d) same = same && y1(0, i, h, d) == y0(0, i, h, d);
+    if (i < row) before_same = before_same && same;
+    if (i >= row) after_changed = after_changed && !same;
+  }
+  CHECK(before_same);
+  CHECK(after_changed);
+}
+
 TEST_CASE("split_heads and merge_heads carry the lengths in units of heads, around causal_attention") {
   const int n = world().size(), r = world().rank();
   const std::int64_t B = 2, S = 3, dh = 2;
@@ -768,11 +824,18 @@ TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp)
           dl[static_cast<std::size_t>(i)],
           tokens::cross_entropy_grad_at(x.data(), targets.data(), mx.data(), se.data(), scale.data(), i, cols, first));
     {
+      // Whole (seq, seq) blocks, and blocks of query rows [first, first + rows) against keys [0, cols).
       const std::int64_t seq = cols, blocks = 2;
-      std::vector<T> masked(static_cast<std::size_t>(blocks * seq * seq), T(1)), want = masked;
-      Host::causal_mask(masked.data(), blocks, seq);
-      for (std::int64_t i = 0; i < blocks * seq * seq; ++i) tokens::causal_mask_at(want.data(), i, seq);
-      bad += masked != want;
+      for (const auto [rows, width, first] : {std::array<std::int64_t, 3>{seq, seq, 0}, {3, 7, 4}, {2, 9, 5}}) {
+        std::vector<T> masked(static_cast<std::size_t>(blocks * rows * width), T(1)), want = masked;
+        Host::causal_mask(masked.data(), blocks, rows, width, first);
+        for (std::int64_t i = 0; i < blocks * rows * width; ++i)
+          tokens::causal_mask_at(want.data(), i, rows, width, first);
+        bad += masked != want;
+        // The definition itself: row r keeps keys 0..first + r.
+        for (std::int64_t i = 0; i < blocks * rows * width; ++i)
+          bad += std::isinf(double(want[static_cast<std::size_t>(i)])) != (i % width > first + (i / width) % rows);
+      }
     }
     CHECK(bad == 0);
   }

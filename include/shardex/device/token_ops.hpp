@@ -85,12 +85,15 @@ SHARDEX_HD inline T cross_entropy_grad_at(const T* logits, const I* targets, con
   return (p - hot) * scale[t];
 }
 
-/// Element i of a (blocks, seq, seq) array of attention scores under the
-/// causal mask: -infinity where the key comes after the query (column > row),
-/// so that the row softmax gives it zero weight; unchanged elsewhere.
+/// Element i of a (blocks, rows, cols) array of attention scores under the
+/// causal mask, each block's row r being query first_row + r and its column
+/// j key j: -infinity where the key comes after the query (j > first_row +
+/// r), so that the row softmax gives it zero weight; unchanged elsewhere.
+/// A whole (seq, seq) block is rows = cols = seq, first_row = 0.
 template <class T>
-SHARDEX_HD inline void causal_mask_at(T* scores, std::int64_t i, std::int64_t seq) {
-  if (i % seq > (i / seq) % seq) scores[i] = -std::numeric_limits<T>::infinity();
+SHARDEX_HD inline void causal_mask_at(T* scores, std::int64_t i, std::int64_t rows, std::int64_t cols,
+                                      std::int64_t first_row) {
+  if (i % cols > first_row + (i / cols) % rows) scores[i] = -std::numeric_limits<T>::infinity();
 }
 
 }  // namespace shardex::tokens

@@ -191,8 +191,9 @@ struct Cuda {
     cuda::kernels::embedding_backward(dtable, ids, g, tokens, width, first, rows, cuda::compute_stream());
   }
   template <class T>
-  static void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq) {
-    cuda::kernels::causal_mask(scores, blocks, seq, cuda::compute_stream());
+  static void causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t cols,
+                          std::int64_t first_row) {
+    cuda::kernels::causal_mask(scores, blocks, rows, cols, first_row, cuda::compute_stream());
   }
   template <class T>
   static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {

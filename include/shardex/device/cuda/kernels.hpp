@@ -69,9 +69,11 @@ void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::i
 template <class T, class I>
 void embedding_backward(T* dtable, const I* ids, const T* g, std::int64_t tokens, std::int64_t width,
                         std::int64_t first, std::int64_t rows, cudaStream_t s);
-/// -inf above the diagonal of each of `blocks` (seq x seq) score blocks (tokens::causal_mask_at).
+/// -inf where the key comes after the query in each of `blocks` (rows x cols)
+/// score blocks whose first row is query `first_row` (tokens::causal_mask_at).
 template <class T>
-void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq, cudaStream_t s);
+void causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
+                 cudaStream_t s);
 /// max[t] = the largest of row t's logits (-inf for an empty row).
 template <class T>
 void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols, cudaStream_t s);

@@ -173,7 +173,8 @@ struct Host {
   /// embedding's lookup into out (tokens x width) and its scatter-add into
   /// dtable; cross-entropy's row max, its packed (sum of exp, target logit)
   /// pair per row, and its logit gradient; attention's causal mask over
-  /// `blocks` (seq x seq) score blocks. `first` is the global index of the
+  /// `blocks` (rows x cols) score blocks whose first row is query
+  /// `first_row` (tokens::causal_mask_at). `first` is the global index of the
   /// rank's first table row or logit column.
   template <class T, class I>
   static void embedding(const T* table, const I* ids, T* out, std::int64_t tokens, std::int64_t width,
@@ -187,7 +188,7 @@ struct Host {
       tokens::embedding_grad_at(dtable, ids, g, i, width, first, rows, [](T* p, T v) { *p += v; });
   }
   template <class T>
-  static void causal_mask(T* scores, std::int64_t blocks, std::int64_t seq);
+  static void causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t cols, std::int64_t first_row);
   template <class T>
   static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols);
   template <class T, class I>
