@@ -493,6 +493,27 @@ double qkv_at(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d, in
   return 2 * test::smooth_value(idx, salt);
 }
 
+/// Replicated causal attention of q (hq heads), k, v (hk heads), (b, s, heads, dh) from qkv_at, with
+/// element `at` of q (which 0), k (1) or v (2) moved by `bump`: the loss sum(y * g), the three
+/// gradients and y.
+auto attention_with_bump(std::int64_t B, std::int64_t S, std::int64_t Hq, std::int64_t Hk, std::int64_t dh, int which,
+                         std::int64_t at, double bump) {
+  const auto make = [&](std::int64_t heads, int salt, int k) {
+    return Tensor<double, Replicated>::from_function(world(), {B, S, heads, dh}, [=](std::span<const std::int64_t> i) {
+      const std::int64_t flat = ((i[0] * S + i[1]) * heads + i[2]) * dh + i[3];
+      return qkv_at(i[0], i[1], i[2], i[3], salt) + (k == which && flat == at ? bump : 0.0);
+    });
+  };
+  auto q = make(Hq, 51, 0), k = make(Hk, 52, 1), v = make(Hk, 53, 2);
+  for (auto* t : {&q, &k, &v}) t->requires_grad();
+  Tensor<double, Replicated> y = causal_attention(q, k, v);
+  const auto g = Tensor<double, Replicated>::from_function(
+      world(), {B, S, Hq, dh}, [](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], 54); });
+  Tensor<double, Replicated> loss = sum(y * g);
+  backward(loss);
+  return std::make_tuple(loss.local()[0], q.grad().clone(), k.grad().clone(), v.grad().clone(), y.clone());
+}
+
 /// Causal attention of the whole q (hq heads), k, v (hk heads) in plain loops:
 /// out[b, i, h, :] = sum over j <= i of softmax_j(q_i . k_j / sqrt(dh)) v_j.
 double reference_attention(std::int64_t b, std::int64_t i, std::int64_t h, std::int64_t d, std::int64_t dh,
@@ -583,21 +604,7 @@ TEST_CASE(
     "output; KV lengths that split a group are refused") {
   const std::int64_t B = 2, S = 4, Hq = 4, Hk = 2, dh = 2;
   const auto run = [&](int which, std::int64_t at, double bump) {
-    const auto make = [&](std::int64_t heads, int salt, int k) {
-      return Tensor<double, Replicated>::from_function(
-          world(), {B, S, heads, dh}, [=](std::span<const std::int64_t> i) {
-            const std::int64_t flat = ((i[0] * S + i[1]) * heads + i[2]) * dh + i[3];
-            return qkv_at(i[0], i[1], i[2], i[3], salt) + (k == which && flat == at ? bump : 0.0);
-          });
-    };
-    auto q = make(Hq, 51, 0), k = make(Hk, 52, 1), v = make(Hk, 53, 2);
-    for (auto* t : {&q, &k, &v}) t->requires_grad();
-    Tensor<double, Replicated> y = causal_attention(q, k, v);
-    const auto g = Tensor<double, Replicated>::from_function(
-        world(), {B, S, Hq, dh}, [](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], 54); });
-    Tensor<double, Replicated> loss = sum(y * g);
-    backward(loss);
-    return std::make_tuple(loss.local()[0], q.grad().clone(), k.grad().clone(), v.grad().clone(), y.clone());
+    return attention_with_bump(B, S, Hq, Hk, dh, which, at, bump);
   };
   const auto [l0, dq, dk, dv, y0] = run(-1, 0, 0.0);
   (void)l0;
@@ -643,21 +650,7 @@ TEST_CASE(
   constexpr std::int64_t rows_per_block = detail::CausalShapes::rows_per_block;
   const std::int64_t B = 1, S = 2 * rows_per_block + 22, Hq = 2, Hk = 1, dh = 3;
   const auto run = [&](int which, std::int64_t at, double bump) {
-    const auto make = [&](std::int64_t heads, int salt, int k) {
-      return Tensor<double, Replicated>::from_function(
-          world(), {B, S, heads, dh}, [=](std::span<const std::int64_t> i) {
-            const std::int64_t flat = ((i[0] * S + i[1]) * heads + i[2]) * dh + i[3];
-            return qkv_at(i[0], i[1], i[2], i[3], salt) + (k == which && flat == at ? bump : 0.0);
-          });
-    };
-    auto q = make(Hq, 51, 0), k = make(Hk, 52, 1), v = make(Hk, 53, 2);
-    for (auto* t : {&q, &k, &v}) t->requires_grad();
-    Tensor<double, Replicated> y = causal_attention(q, k, v);
-    const auto g = Tensor<double, Replicated>::from_function(
-        world(), {B, S, Hq, dh}, [](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], 54); });
-    Tensor<double, Replicated> loss = sum(y * g);
-    backward(loss);
-    return std::make_tuple(loss.local()[0], q.grad().clone(), k.grad().clone(), v.grad().clone(), y.clone());
+    return attention_with_bump(B, S, Hq, Hk, dh, which, at, bump);
   };
   const auto [l0, dq, dk, dv, y0] = run(-1, 0, 0.0);
   (void)l0;
