@@ -52,11 +52,7 @@ double max_over_ranks(const mpi::Communicator& comm, double v) { return bench::m
 /// 5/8 of them at 256; the logits), and twice that backward.
 double step_flops(const gpt2::Config& c, std::int64_t batch, std::int64_t seq) {
   const double n = double(batch * seq), d = double(c.width), v = double(c.vocab), l = double(c.layers);
-  double scores = 0;  // (query, key) pairs a sequence's blocks compute
-  for (std::int64_t r0 = 0; r0 < seq; r0 += detail::CausalShapes::rows_per_block) {
-    const std::int64_t r1 = std::min(seq, r0 + detail::CausalShapes::rows_per_block);
-    scores += double(r1 - r0) * double(r1);
-  }
+  const double scores = double(detail::CausalShapes{batch, seq, 1, 1, 1}.computed_pairs());
   const double per_layer = 2 * n * d * (3 * d + d + 8 * d) + 2 * 2 * double(batch) * scores * d;
   return 3 * (l * per_layer + 2 * n * d * v);
 }

@@ -29,9 +29,6 @@
 /// (SHARDEX_OPENMP_SIMD), else nothing.
 #define SHARDEX_PRAGMA(text)
 #endif
-/// SHARDEX_SIMD for a loop that adds into `s`, whose terms it may add in
-/// another order (in vector lanes, then the lanes).
-#define SHARDEX_SIMD_SUM(s) SHARDEX_PRAGMA(omp simd reduction(+ : s))
 
 namespace shardex::math {
 

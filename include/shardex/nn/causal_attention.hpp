@@ -115,6 +115,18 @@ struct CausalShapes {
   [[nodiscard]] std::int64_t kv_at(std::int64_t b, std::int64_t h) const { return (b * seq * hk + h) * dh; }
   /// The most scores one block holds: hq x (rows of the longest block) x seq.
   [[nodiscard]] std::int64_t block_capacity() const { return hq * std::min(seq, rows_per_block) * seq; }
+  /// Calls f(r0, r1) for each block of query rows, in order.
+  template <class F>
+  void for_each_block(F&& f) const {
+    for (std::int64_t r0 = 0; r0 < seq; r0 += rows_per_block) f(r0, std::min(seq, r0 + rows_per_block));
+  }
+  /// The (query, key) pairs whose scores one sequence's blocks compute: seq^2 at
+  /// seq <= rows_per_block, 5/8 of it at 4 blocks (what a flop count of the products counts).
+  [[nodiscard]] std::int64_t computed_pairs() const {
+    std::int64_t pairs = 0;
+    for_each_block([&](std::int64_t r0, std::int64_t r1) { pairs += (r1 - r0) * r1; });
+    return pairs;
+  }
   /// The `group` query heads of one KV group, rows [r1 - nb, r1), against its K's rows [0, r1): m = nb, n = r1, k = dh.
   [[nodiscard]] GemmShape scores(std::int64_t nb, std::int64_t r1) const {
     return {nb, r1, dh, false, true, hq * dh, hk * dh, r1, dh, 0, nb * r1, group()};
@@ -181,16 +193,11 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
     Dev::causal_mask(p, cs.hq, nb, r1, r0);
     Dev::softmax_rows(p, cs.hq * nb, r1);
   };
-  // Calls f(r0, r1) for each block of query rows.
-  const auto for_each_block = [cs](auto&& f) {
-    for (std::int64_t r0 = 0; r0 < cs.seq; r0 += detail::CausalShapes::rows_per_block)
-      f(r0, std::min(cs.seq, r0 + detail::CausalShapes::rows_per_block));
-  };
   auto out = Tensor<T, L, Dev>::empty(q.comm(), q.shape(), q.mapping());  // every (sequence, row, head) written below
   {
     auto p = Dev::template allocate_uninitialized<T>(cs.block_capacity());
     for (std::int64_t b = 0; b < cs.batch; ++b)
-      for_each_block([&](std::int64_t r0, std::int64_t r1) {
+      cs.for_each_block([&](std::int64_t r0, std::int64_t r1) {
         const std::int64_t nb = r1 - r0;
         probabilities(q.data(), k.data(), b, r0, r1, p.get());
         for (std::int64_t g = 0; g < cs.hk; ++g)
@@ -204,7 +211,7 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
     autodiff::add_input(inputs, k.node());
     autodiff::add_input(inputs, v.node());
     out.record("causal_attention", std::move(inputs),
-               [q, k, v, cs, scale, probabilities, for_each_block](const Tensor<T, dual_t<L>, Dev>& g) {
+               [q, k, v, cs, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
                  // dq is written whole (beta 0, each block its rows), dk and dv accumulate over heads,
                  // sequences and blocks.
                  auto dq = q.node() ? q.node()->make_empty() : typename decltype(q)::grad_type{};
@@ -213,7 +220,7 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
                  auto p = Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  auto ds = Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  for (std::int64_t b = 0; b < cs.batch; ++b)
-                   for_each_block([&](std::int64_t r0, std::int64_t r1) {
+                   cs.for_each_block([&](std::int64_t r0, std::int64_t r1) {
                      const std::int64_t nb = r1 - r0;
                      probabilities(q.data(), k.data(), b, r0, r1, p.get());  // recomputed: one block at a time
                      for (std::int64_t h = 0; h < cs.hq; ++h) {
