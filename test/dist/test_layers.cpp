@@ -103,6 +103,10 @@ TEST_CASE("token ids: int32 and int64 tensors in whole and sharded layouts, from
   bool in_range = true;
   for (auto v : ids.local()) in_range = in_range && v >= 0 && v < 7;
   CHECK(in_range);
+  // An empty range has no id to draw: an error on every rank, not lo; an empty tensor needs none.
+  CHECK_THROWS_WITH_AS((Tensor<std::int64_t, Invariant>::uniform(world(), {3}, 9, 5, 5)),
+                       doctest::Contains("[5, 5) is an empty range for 3 elements"), shardex::invalid_argument);
+  CHECK(Tensor<std::int32_t, Invariant>::uniform(world(), {0}, 9, 0, 0).shape()[0] == 0);
   Lens ls(static_cast<std::size_t>(n), 2);
   ls[0] = 0;
   const std::vector<std::int32_t> mine(static_cast<std::size_t>(ls[static_cast<std::size_t>(r)]), r + 1);

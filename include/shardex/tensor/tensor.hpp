@@ -193,6 +193,13 @@ public:
   /// For token ids, uniform integers in [lo, hi) (random tokens of a vocabulary).
   static Tensor uniform(const communicator_type& comm, const Shape& global, std::uint64_t seed, T lo = T(-1),
                         T hi = T(1), mapping_type m = {}) requires std::same_as<Device, Host> {
+    // An empty range of token ids has no value to draw: refuse it (the same
+    // arguments on every rank, so every rank throws) rather than return lo.
+    if constexpr (TokenId<T>)
+      if (hi <= lo && global.numel() > 0)
+        throw invalid_argument("shardex::Tensor::uniform: token ids in [" + std::to_string(lo) + ", " +
+                               std::to_string(hi) + ") is an empty range for " + std::to_string(global.numel()) +
+                               " elements; give hi > lo (hi: the vocabulary's size)");
     return from_function(
         comm, global,
         [&](std::span<const std::int64_t> idx) {
