@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
     };
     const double flops_per_rank = step_flops(c, batch, seq) / double(n);
 
+    shardex::GradSquares squares = gpt2::grad_squares(model);  // the clipping's, taken in the backward
     double first_loss = 0;
     // The step, and its parts on rank 0: forward, backward, clipping and AdamW;
     // after each measured one, the GEMM rates and the step over its floor.
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
       const double forward = since(t0);
       backward(loss);
       const double backward_end = since(t0);
-      opt.step(model, gpt2::grad_clipping(model, 1.0).scale);
+      opt.step(model, gpt2::grad_clipping(model, squares, 1.0).scale);
       const double t = since(t0);
       const Counters spent = counters() - c0;
       if (s == 0) first_loss = double(loss.data()[0]);

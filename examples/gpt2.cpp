@@ -355,6 +355,7 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   }
   const double peak = example::learning_rate(f, 0, 1);
   gpt2::AdamW<T, Dev> opt(model, AdamOptions{.lr = peak, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = f.weight_decay});
+  shardex::GradSquares squares = gpt2::grad_squares(model);  // the clipping's, taken by each backward
   gpt2::TrainingState state{0, 0, seed};
   if (!f.resume.empty()) {
     state = gpt2::resume_checkpoint(f.resume, model, opt);
@@ -395,7 +396,7 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
     const gpt2::Batch b = data->next();
     const auto pass = parallel.forward(model, b);
     pass.backward();
-    const gpt2::Clipping clip = gpt2::grad_clipping(model, f.clip);
+    const gpt2::Clipping clip = gpt2::grad_clipping(model, squares, f.clip);
     const double lr = schedule(step), norm = clip.norm;
     opt.set_lr(lr);
     opt.step(model, clip.scale);

@@ -300,14 +300,19 @@ void Host::cross_entropy_backward(const T* logits, const I* targets, const T* ma
 // (src/meson.build), without which the sqrt of each element keeps its errno
 // branch and the loop stays scalar (2.3x slower here, bench/RESULTS.md).
 template <class T>
-void Host::adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& s) {
+void Host::adam_update(T* p, T* m, T* v, T* g, std::int64_t n, const optim::AdamStep& s) {
   const optim::AdamTerms<T> k(s);
-  SHARDEX_SIMD
-  for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p, m, v, g, i, k);
+  if (s.clear_grad) {
+    SHARDEX_SIMD
+    for (std::int64_t i = 0; i < n; ++i) optim::adam_update_clearing_at(p, m, v, g, i, k);
+  } else {
+    SHARDEX_SIMD
+    for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p, m, v, g, i, k);
+  }
 }
 
 #define SHARDEX_HOST_PASSES(T)                                                                                        \
-  template void Host::adam_update<T>(T*, T*, T*, const T*, std::int64_t, const optim::AdamStep&);                     \
+  template void Host::adam_update<T>(T*, T*, T*, T*, std::int64_t, const optim::AdamStep&);                           \
   template void Host::sum_middle<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);                          \
   template void Host::broadcast_middle<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);                    \
   template void Host::softmax_rows<T>(T*, std::int64_t, std::int64_t);                                                \

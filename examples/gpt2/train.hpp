@@ -51,7 +51,9 @@ public:
   }
 
   /// One update of every parameter that has a gradient, each gradient taken
-  /// times `grad_scale` (a clipping's factor, grad_clipping), then zero_grad.
+  /// times `grad_scale` (a clipping's factor, grad_clipping), then zero_grad,
+  /// the gradient's storage left zero by the same pass and kept where nobody
+  /// else holds it (shardex::Adam::step).
   /// No communication.
   void step(Model<T, Dev>& model, double grad_scale = 1) {
     ++t_;
@@ -61,16 +63,18 @@ public:
       auto& m = std::get<P>(m_[i]);
       auto& v = std::get<P>(v_[i]);
       if (p.has_grad()) {
-        const shardex::optim::AdamStep s{o_.lr,
-                                         o_.beta1,
-                                         o_.beta2,
-                                         o_.eps,
-                                         1 - std::pow(o_.beta1, double(t_)),
-                                         1 - std::pow(o_.beta2, double(t_)),
-                                         decays_[i] ? 1 - o_.lr * o_.weight_decay : 1.0,
-                                         grad_scale};
+        const bool keep = p.grad_storage_alone();
+        const shardex::optim::AdamStep s{.lr = o_.lr,
+                                         .beta1 = o_.beta1,
+                                         .beta2 = o_.beta2,
+                                         .eps = o_.eps,
+                                         .c1 = 1 - std::pow(o_.beta1, double(t_)),
+                                         .c2 = 1 - std::pow(o_.beta2, double(t_)),
+                                         .shrink = decays_[i] ? 1 - o_.lr * o_.weight_decay : 1.0,
+                                         .grad_scale = grad_scale,
+                                         .clear_grad = keep};
         Dev::adam_update(p.data(), m.data(), v.data(), p.grad().data(), p.size(), s);
-        p.zero_grad();
+        keep ? p.zero_grad_keeping_storage() : p.zero_grad();
       }
       ++i;
     });
@@ -112,6 +116,16 @@ struct Clipping {
   double norm = 0, scale = 1;
 };
 
+/// The clipping of gradients of norm `norm` to `max_norm` (0: none).
+/// @throws shardex::error when the norm is not finite.
+inline Clipping clipping_of(double norm, double max_norm) {
+  if (!std::isfinite(norm))
+    throw shardex::error("gpt2: the gradients' norm is " + std::to_string(norm) +
+                         " (training diverged: lower the learning rate)");
+  const double factor = max_norm / (norm + 1e-6);
+  return {norm, max_norm > 0 && factor < 1 ? factor : 1.0};
+}
+
 /// Collective: the norm of the model's logical gradients (each element once,
 /// an Invariant one not once per rank) and the factor clipping them to
 /// `max_norm` (0: no clipping). The gradients are left as they are: AdamW's
@@ -126,12 +140,23 @@ Clipping grad_clipping(Model<T, Dev>& model, double max_norm) {
   });
   const auto& comm = shardex::detail::control_of(model.comm());
   if (comm.size() > 1) comm.all_reduce(&counted, 1);
-  const double norm = std::sqrt(counted);
-  if (!std::isfinite(norm))
-    throw shardex::error("gpt2: the gradients' norm is " + std::to_string(norm) +
-                         " (training diverged: lower the learning rate)");
-  const double factor = max_norm / (norm + 1e-6);
-  return {norm, max_norm > 0 && factor < 1 ? factor : 1.0};
+  return clipping_of(std::sqrt(counted), max_norm);
+}
+
+/// The squares of every parameter of `model`, taken by each backward as it
+/// completes the parameter's gradient (shardex::GradSquares), for the
+/// clipping below: no pass of its own over the gradients.
+template <class T, class Dev>
+shardex::GradSquares grad_squares(Model<T, Dev>& model) {
+  shardex::GradSquares squares;
+  model.for_each_parameter([&](const std::string&, auto& p) { squares.watch(p); });
+  return squares;
+}
+
+/// grad_clipping from the squares the backward took (grad_squares(model)).
+template <class T, class Dev>
+Clipping grad_clipping(const Model<T, Dev>& model, shardex::GradSquares& squares, double max_norm) {
+  return clipping_of(squares.norm(shardex::detail::control_of(model.comm())), max_norm);
 }
 
 /// The mean loss over `count` batches, batch i being `batch_of(i)` (each dp

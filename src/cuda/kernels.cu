@@ -124,8 +124,9 @@ __global__ void fused_backward_kernel(FusedProgram<T> program, const T* g, std::
 }
 
 template <class T>
-__global__ void adam_update_kernel(T* p, T* m, T* v, const T* g, std::int64_t n, optim::AdamTerms<T> step) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) optim::adam_update_at(p, m, v, g, i, step);
+__global__ void adam_update_kernel(T* p, T* m, T* v, T* g, std::int64_t n, optim::AdamTerms<T> step, bool clear_grad) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    clear_grad ? optim::adam_update_clearing_at(p, m, v, g, i, step) : optim::adam_update_at(p, m, v, g, i, step);
 }
 
 // Layer norm and RMS norm: the row and column functions of device/norm_ops.hpp.
@@ -192,9 +193,9 @@ __global__ void cross_entropy_backward_kernel(const T* logits, const I* targets,
 }  // namespace
 
 template <class T>
-void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& step, cudaStream_t s) {
+void adam_update(T* p, T* m, T* v, T* g, std::int64_t n, const optim::AdamStep& step, cudaStream_t s) {
   if (n <= 0) return;
-  adam_update_kernel<<<grid_for(n), block_size, 0, s>>>(p, m, v, g, n, optim::AdamTerms<T>(step));
+  adam_update_kernel<<<grid_for(n), block_size, 0, s>>>(p, m, v, g, n, optim::AdamTerms<T>(step), step.clear_grad);
   check_launch("adam_update");
 }
 template <class T>
@@ -372,9 +373,8 @@ SHARDEX_INSTANTIATE_TOKENS(double, std::int64_t)
                                        std::int64_t, bool, cudaStream_t);                                           \
   template void norm_backward_weight<T>(const T*, const T*, const T*, const T*, T*, T*, std::int64_t, std::int64_t, \
                                         cudaStream_t);
-template void adam_update<float>(float*, float*, float*, const float*, std::int64_t, const optim::AdamStep&,
-                                 cudaStream_t);
-template void adam_update<double>(double*, double*, double*, const double*, std::int64_t, const optim::AdamStep&,
+template void adam_update<float>(float*, float*, float*, float*, std::int64_t, const optim::AdamStep&, cudaStream_t);
+template void adam_update<double>(double*, double*, double*, double*, std::int64_t, const optim::AdamStep&,
                                   cudaStream_t);
 SHARDEX_INSTANTIATE_NORMS(float)
 SHARDEX_INSTANTIATE_NORMS(double)

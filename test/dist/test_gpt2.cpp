@@ -4,7 +4,9 @@
 // gradient of every parameter within 1e-12 (relative, double), for even,
 // uneven and random splits of the heads, the MLP's columns and the vocabulary
 // rows, a rank holding zero heads and a rank holding zero vocabulary rows
-// among them; bad sizes are errors naming them.
+// among them; the clipping's norm from the squares the backward takes
+// (shardex::GradSquares) is the unsharded model's, and on a dp x tp mesh the
+// norm of the gradients summed over dp; bad sizes are errors naming them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -21,7 +23,9 @@
 
 #include <shardex.hpp>
 
+#include "../../examples/gpt2/data_parallel.hpp"
 #include "../../examples/gpt2/hf.hpp"
+#include "../../examples/gpt2/train.hpp"
 #include "support/dist.hpp"
 
 // The file's own namespace: test/meson.build compiles several test files as one
@@ -127,6 +131,7 @@ TEST_CASE("GPT-2 on uneven shards equals the unsharded model: logits, loss and e
   backward(loss1);
   const auto want_logits = whole(logits1);
   const auto want_grads = gradients(one);
+  const double want_norm = gpt2::grad_clipping(one, 0).norm;
   CHECK(std::isfinite(loss1.data()[0]));
   CHECK(want_grads.size() == 4 + 16 * 2);
 
@@ -136,12 +141,15 @@ TEST_CASE("GPT-2 on uneven shards equals the unsharded model: logits, loss and e
       CAPTURE(sp);
       gpt2::Model<double> model(world(), c, s, 7);
       model.trainable().sequence_parallel(sp);
+      GradSquares squares = gpt2::grad_squares(model);
       Tensor<double, Sharded<1>> logits = model.logits(ids, batch, seq);
       CHECK(logits.local_shape()[1] == s.vocab[static_cast<std::size_t>(world().rank())]);
       Tensor<double, Invariant> loss = cross_entropy(logits, targets);
       backward(loss);
       CHECK(rel_diff(whole(logits), want_logits) <= 1e-12);
       CHECK(std::abs(loss.data()[0] - loss1.data()[0]) <= 1e-12 * std::abs(loss1.data()[0]));
+      // The squares taken in the backward, each element of each logical gradient once.
+      CHECK(std::abs(gpt2::grad_clipping(model, squares, 0).norm - want_norm) <= 1e-12 * want_norm);
       const auto grads = gradients(model);
       for (const auto& entry : grads) {  // (not a structured binding: CAPTURE's lambda takes the name)
         const std::string& name = entry.first;
@@ -160,6 +168,29 @@ TEST_CASE("GPT-2 on uneven shards equals the unsharded model: logits, loss and e
         CHECK(rel_diff(g, want_grads.at(name)) <= 1e-12);
       }
     }
+}
+
+TEST_CASE("GPT-2 data-parallel on every dp x tp mesh: the squares taken in the backward are those summed over dp") {
+  const gpt2::Config c = small_config();
+  const int n = world().size();
+  const std::int64_t seq = 6;
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(4 * seq + 1));
+  auto rng = test::shared_rng(61);
+  for (auto& t : tokens) t = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.vocab));
+  for (int d = 1; d <= n; ++d) {
+    if (n % d != 0) continue;
+    const gpt2::MeshOf<Host> mesh(world(), {d, n / d});
+    CAPTURE(mesh.str());
+    const gpt2::DataParallel<double, Host> parallel(mesh, 4, seq);
+    gpt2::Model<double> model(
+        mesh.comm(1), c, gpt2::Split::proportional(c, std::vector<double>(static_cast<std::size_t>(n / d), 1.0)), 7);
+    model.trainable();
+    GradSquares squares = gpt2::grad_squares(model);
+    parallel.forward(model, gpt2::batch_at(tokens, 0, 4, seq)).backward();
+    const double direct = gpt2::grad_clipping(model, 0).norm;  // after the backward: the dp sums done
+    CHECK(direct > 0);
+    CHECK(std::abs(gpt2::grad_clipping(model, squares, 0).norm - direct) <= 1e-14 * direct);
+  }
 }
 
 TEST_CASE("GPT-2 with sequence parallelism: each rank's residual rows in proportion to the MLP's split, zeros too") {

@@ -10,6 +10,11 @@
 //   gradient adds nothing;
 // - mesh parameters on every dp x tp shape: the norm of the logical
 //   gradients (to_global), each Invariant axis counted once;
+// - GradSquares: the squares taken by backward as it completes each
+//   gradient give grad_norm's norm (lengths with zeros among them), again
+//   without a pass (norm() itself sums), after a zero_grad, and over two
+//   passes accumulated; on_grad_complete runs once a pass, after the last
+//   adjoint that adds to the gradient (a weight used twice);
 // - bad input throws on every rank: a non-finite norm on one rank's piece,
 //   max_norm <= 0, parameters on different communicators, ranks passing
 //   different lists.
@@ -150,6 +155,61 @@ TEST_CASE("clip_grad_norm scales every gradient when the norm is above max_norm,
   const double without_a = std::sqrt(std::pow(grad_norm(m.A), 2) + std::pow(grad_norm(m.B, m.b), 2));
   m.a.zero_grad();
   CHECK(test::all_ranks(std::abs(grad_norm(m.A, m.a, m.B, m.b) - without_a) <= 1e-12 * without_a));
+}
+
+TEST_CASE("GradSquares: the squares backward takes as it completes each gradient give grad_norm's norm") {
+  const int n = world().size();
+  auto rng = test::shared_rng(59);
+  for (const auto& ls : test::lengths_cases(rng, n, {.max_total = 9})) {
+    CAPTURE(ls);
+    std::int64_t F = 0;
+    for (auto l : ls) F += l;
+    Mlp m(world(), 4, F, ls);
+    GradSquares squares;
+    squares.watch(m.A), squares.watch(m.a), squares.watch(m.B), squares.watch(m.b);
+    m.backward_once(3);
+    const double want = grad_norm(m.A, m.a, m.B, m.b);
+    CHECK(test::all_ranks(want > 0));
+    CHECK(test::all_ranks(std::abs(squares.norm(world()) - want) <= 1e-14 * want));
+    // No pass since the last norm(): norm() sums the gradients itself.
+    CHECK(test::all_ranks(std::abs(squares.norm(world()) - want) <= 1e-14 * want));
+    // A parameter without a gradient adds nothing.
+    m.a.zero_grad();
+    const double without_a = grad_norm(m.A, m.a, m.B, m.b);
+    CHECK(test::all_ranks(without_a < want || grad_norm(m.a) == 0));
+    CHECK(test::all_ranks(std::abs(squares.norm(world()) - without_a) <= 1e-14 * want));
+    // Two passes without a zero_grad: the squares of the accumulated gradients.
+    m.backward_once(3);
+    m.backward_once(3);
+    const double twice = grad_norm(m.A, m.a, m.B, m.b);
+    CHECK(test::all_ranks(twice > want));
+    CHECK(test::all_ranks(std::abs(squares.norm(world()) - twice) <= 1e-14 * twice));
+  }
+}
+
+TEST_CASE("on_grad_complete runs once a pass, after the last adjoint adding to the gradient; parameters only") {
+  auto x = test::smooth_tensor<Invariant>(world(), {2, 3}, 1, {});
+  auto W = test::smooth_tensor<Invariant>(world(), {3, 3}, 2, {});
+  W.requires_grad();
+  int calls = 0;
+  std::vector<double> seen;
+  W.on_grad_complete([&](const Tensor<double, Invariant>& g) {
+    ++calls;
+    seen.assign(g.data(), g.data() + g.size());
+  });
+  Tensor<double, Invariant> y = matmul(matmul(x, W), W);  // W's gradient: two products' terms
+  Tensor<double, Invariant> loss = sum(y * y);
+  backward(loss);
+  CHECK(calls == 1);
+  CHECK(seen == std::vector<double>(W.grad().data(), W.grad().data() + W.grad().size()));
+  W.zero_grad();
+  backward(loss);
+  CHECK(calls == 2);
+  W.on_grad_complete(nullptr);  // removed
+  backward(loss);
+  CHECK(calls == 2);
+  CHECK_THROWS_WITH_AS(y.on_grad_complete([](const Tensor<double, Invariant>&) {}),
+                       doctest::Contains("is not a parameter"), error);
 }
 
 TEST_CASE("bad input throws on every rank: a non-finite norm, max_norm <= 0, other communicators, other lists") {

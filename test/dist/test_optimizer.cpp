@@ -8,6 +8,9 @@
 //   re-computation of torch.optim.AdamW's update on the gathered gradients;
 // - the schedule's values at its corners (first warm-up step, the peak, the
 //   middle of the decay, the floor) and its bad input;
+// - a gradient nobody else holds is left zero by the step and kept: the next
+//   backward's products add into it (the same storage), and the parameters
+//   equal those of a run whose step dropped every gradient (a copy held);
 // - bad hyper-parameters refused with their names.
 #include <doctest/doctest.h>
 
@@ -16,6 +19,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <shardex.hpp>
@@ -148,6 +152,48 @@ TEST_CASE("AdamW under the warm-up + cosine schedule: the sharded model equals o
   }
 }
 
+TEST_CASE(
+    "Adam keeps a gradient nobody else holds, zeroed, for the next backward; one held elsewhere is left as it is") {
+  const int n = world().size();
+  auto rng = test::shared_rng(43);
+  for (const auto& ls : test::lengths_cases(rng, n, {.max_total = 9})) {
+    CAPTURE(ls);
+    std::int64_t F = 0;
+    for (auto l : ls) F += l;
+    Mlp kept(world(), ls, F), dropped(world(), ls, F);
+    const AdamOptions o{.lr = 0.02, .weight_decay = 0.1};
+    Adam adam_kept(o, kept.A, kept.a, kept.B, kept.b), adam_dropped(o, dropped.A, dropped.a, dropped.B, dropped.b);
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      kept.backward_once(step);
+      dropped.backward_once(step);
+      CHECK(kept.A.grad_storage_alone());
+      const double* storage = kept.B.grad().data();
+      // A copy of each of dropped's gradients, held across its step.
+      const auto held = std::make_tuple(dropped.A.grad(), dropped.a.grad(), dropped.B.grad(), dropped.b.grad());
+      const auto held_values = global(std::get<2>(held));
+      CHECK_FALSE(dropped.B.grad_storage_alone());
+      adam_kept.step(kept.A, kept.a, kept.B, kept.b);
+      adam_dropped.step(dropped.A, dropped.a, dropped.B, dropped.b);
+      CHECK(global(std::get<2>(held)) == held_values);  // not zeroed under its holder
+      CHECK_FALSE(kept.B.has_grad());
+      CHECK(global(kept.A) == global(dropped.A));  // bit for bit
+      CHECK(global(kept.a) == global(dropped.a));
+      CHECK(global(kept.B) == global(dropped.B));
+      CHECK(global(kept.b) == global(dropped.b));
+      kept.backward_once(step + 1);
+      if (kept.B.grad().size() > 0) CHECK(kept.B.grad().data() == storage);  // the storage kept, added into
+      dropped.backward_once(step + 1);
+      CHECK(global(kept.A.grad()) == global(dropped.A.grad()));
+      CHECK(global(kept.B.grad()) == global(dropped.B.grad()));
+      kept.A.zero_grad(), kept.a.zero_grad(), kept.B.zero_grad(), kept.b.zero_grad();
+      dropped.A.zero_grad(), dropped.a.zero_grad(), dropped.B.zero_grad(), dropped.b.zero_grad();
+    }
+  }
+  auto w = make<Invariant>(world(), {2}, 3, {});
+  CHECK_THROWS_WITH_AS(w.zero_grad_keeping_storage(), doctest::Contains("has no gradient to keep"), error);
+}
+
 TEST_CASE("weight decay alone: one step with a zero gradient shrinks decayed parameters by 1 - lr * weight_decay") {
   auto w = make<Invariant>(world(), {5}, 9, {});
   auto keep = make<Invariant>(world(), {5}, 10, {});
@@ -179,8 +225,16 @@ TEST_CASE_TEMPLATE(
   const optim::AdamStep plain{1e-3, 0.9, 0.95, 1e-8, 0.1, 0.05, 1 - 1e-4};
   optim::AdamStep scaled = plain;
   scaled.grad_scale = 0.5;
+  auto p4 = p, m4 = m, v4 = v, sg4 = sg;
   Host::adam_update(p.data(), m.data(), v.data(), g.data(), n, scaled);
   Host::adam_update(p2.data(), m2.data(), v2.data(), sg.data(), n, plain);
+  optim::AdamStep clearing = plain;
+  clearing.clear_grad = true;  // the same step, and zeros left in the gradient
+  Host::adam_update(p4.data(), m4.data(), v4.data(), sg4.data(), n, clearing);
+  CHECK(p4 == p2);
+  CHECK(m4 == m2);
+  CHECK(v4 == v2);
+  CHECK(sg4 == std::vector<T>(n, T(0)));
   const optim::AdamTerms<T> terms(plain);
   for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p3.data(), m3.data(), v3.data(), sg.data(), i, terms);
   CHECK(p == p2);

@@ -103,7 +103,9 @@ public:
         decays_{detail::decays(params)...} {}
 
   /// One update of every parameter from its gradient (a parameter without a
-  /// gradient is left as it is), then zero_grad. No communication.
+  /// gradient is left as it is), then zero_grad: a gradient held by nobody
+  /// else is left zero by the same pass and kept for the next backward
+  /// (Tensor::zero_grad_keeping_storage). No communication.
   void step(P&... params) {
     ++t_;
     step_each(std::index_sequence_for<P...>(), params...);
@@ -158,15 +160,17 @@ private:
   template <class X>
   void update(X& p, X& m, X& v, bool decay) {
     if (!p.has_grad()) return;
-    const optim::AdamStep s{o_.lr,
-                            o_.beta1,
-                            o_.beta2,
-                            o_.eps,
-                            1 - std::pow(o_.beta1, static_cast<double>(t_)),
-                            1 - std::pow(o_.beta2, static_cast<double>(t_)),
-                            decay ? 1 - o_.lr * o_.weight_decay : 1.0};
+    const bool keep = p.grad_storage_alone();
+    const optim::AdamStep s{.lr = o_.lr,
+                            .beta1 = o_.beta1,
+                            .beta2 = o_.beta2,
+                            .eps = o_.eps,
+                            .c1 = 1 - std::pow(o_.beta1, static_cast<double>(t_)),
+                            .c2 = 1 - std::pow(o_.beta2, static_cast<double>(t_)),
+                            .shrink = decay ? 1 - o_.lr * o_.weight_decay : 1.0,
+                            .clear_grad = keep};
     X::device_type::adam_update(p.data(), m.data(), v.data(), p.grad().data(), p.size(), s);  // one fused pass
-    p.zero_grad();
+    keep ? p.zero_grad_keeping_storage() : p.zero_grad();
   }
 
   AdamOptions o_;

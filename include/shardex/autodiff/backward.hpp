@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -47,14 +48,35 @@ inline std::vector<Node*> topological_order(Node* root) {
 
 namespace autodiff {
 
-/// Each node's adjoint, outputs before their inputs.
+/// For each position of the reverse pass over `order`, the leaves with a
+/// grad_complete hook whose gradient is complete after it: the last node of
+/// the pass that has the leaf among its inputs.
+inline std::vector<std::vector<Node*>> completed_leaves(const std::vector<Node*>& order) {
+  std::vector<std::vector<Node*>> after;
+  std::unordered_map<Node*, std::size_t> last;
+  for (std::size_t j = 0; j < order.size(); ++j)
+    for (const auto& in : order[order.size() - 1 - j]->inputs)
+      if (in->is_leaf() && in->grad_complete) last[in.get()] = j;
+  if (last.empty()) return after;
+  after.resize(order.size());
+  for (const auto& [leaf, j] : last) after[j].push_back(leaf);
+  return after;
+}
+
+/// Each node's adjoint, outputs before their inputs; a leaf's grad_complete
+/// hook right after the last adjoint that adds to its gradient.
 inline void propagate_all(const std::vector<Node*>& order) {
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+  const auto complete_after = completed_leaves(order);
+  std::size_t j = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it, ++j) {
     {
       trace::Span step("backward", (*it)->op);  // the node's adjoint (its transitions are spans of their own)
       (*it)->propagate();
     }
     (*it)->release();
+    if (!complete_after.empty())
+      for (Node* leaf : complete_after[j])
+        if (leaf->has_grad()) leaf->grad_complete();
   }
 }
 

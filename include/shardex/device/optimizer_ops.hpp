@@ -17,11 +17,14 @@ namespace shardex::optim {
 /// decoupled weight decay's factor 1 - lr * weight_decay (1 when the
 /// parameter is left out of it), and a factor of the gradient (a clipping's,
 /// applied in the same pass instead of one more pass over the gradients).
+/// With clear_grad the pass also leaves zeros in the gradient it has read,
+/// for the next backward to add into (Tensor::zero_grad_keeping_storage).
 struct AdamStep {
   ///@{
   /// See above.
   double lr, beta1, beta2, eps, c1, c2, shrink;
   double grad_scale = 1;
+  bool clear_grad = false;
   ///@}
 };
 
@@ -63,6 +66,13 @@ SHARDEX_HD inline void adam_update_at(T* p, T* m, T* v, const T* g, std::int64_t
   m[i] = mi;
   v[i] = vi;
   p[i] = k.shrink * p[i] - k.step_size * (mi / (math::sqrt(vi) * k.inv_sqrt_c2 + k.eps));
+}
+
+/// adam_update_at, then zeros in the gradient's element (AdamStep::clear_grad).
+template <class T>
+SHARDEX_HD inline void adam_update_clearing_at(T* p, T* m, T* v, T* g, std::int64_t i, const AdamTerms<T>& k) {
+  adam_update_at(p, m, v, g, i, k);
+  g[i] = T(0);
 }
 
 }  // namespace shardex::optim

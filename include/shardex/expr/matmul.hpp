@@ -120,10 +120,9 @@ auto evaluate(const MatMul<A, B>& e) {
         a.node()->accumulate(da);
       }
       if (b.node()) {  // db = a^T g, layout dual(B)
-        auto db = Tensor<T, dual_t<typename decltype(b)::layout_type>, Dev>::empty(
-            b.comm(), b.shape(), dual_mapping<typename decltype(b)::layout_type>(b.mapping()));
-        Dev::gemm(GemmShape::plain(k, m, n, true, false), T(1), a.data(), g.data(), T(0), db.data());
-        b.node()->accumulate(db);
+        b.node()->accumulate_product([&](T* db, T beta) {
+          Dev::gemm(GemmShape::plain(k, m, n, true, false), T(1), a.data(), g.data(), beta, db);
+        });
       }
     });
   }
@@ -171,10 +170,9 @@ auto evaluate(const MatMul<A, Transpose<E>>& e) {
         a.node()->accumulate(da);
       }
       if (b.node()) {  // db = g^T a (n x k, b's own shape), layout dual(E)
-        auto db = Tensor<T, dual_t<typename decltype(b)::layout_type>, Dev>::empty(
-            b.comm(), b.shape(), dual_mapping<typename decltype(b)::layout_type>(b.mapping()));
-        Dev::gemm(GemmShape::plain(n, m, k, true, false), T(1), g.data(), a.data(), T(0), db.data());
-        b.node()->accumulate(db);
+        b.node()->accumulate_product([&](T* db, T beta) {
+          Dev::gemm(GemmShape::plain(n, m, k, true, false), T(1), g.data(), a.data(), beta, db);
+        });
       }
     });
   }

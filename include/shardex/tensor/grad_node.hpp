@@ -30,6 +30,10 @@ public:
   const char* op = "leaf";
   /// The nodes of the tensors this one was computed from (add_input).
   std::vector<std::shared_ptr<Node>> inputs;
+  /// A leaf's hook (Tensor::on_grad_complete): the reverse pass calls it
+  /// once it has given the leaf all of its gradient, right after the last
+  /// adjoint that adds to it.
+  std::function<void()> grad_complete;
   /// Nonzero when this node's backward makes a collective call: what the ranks
   /// must agree on about it (set by apply_transition), so that backward(loss) agrees on
   /// its whole pass at once.
@@ -58,6 +62,11 @@ public:
   std::optional<grad_type> grad;
   /// Given this node's gradient, adds the contributions to the inputs' nodes.
   std::function<void(const grad_type&)> backward;
+  /// A leaf's gradient storage that an optimizer's pass read and left all
+  /// zeros (Tensor::zero_grad_keeping_storage): the next backward's first
+  /// contribution goes into it, a weight gradient's product with beta 1,
+  /// so that the BLAS makes no zeroing pass of its own over it.
+  std::optional<grad_type> zeroed;
   /// The tensor's own shape and mapping (what a ones-seed or a zero gradient needs).
   std::function<grad_type(T)> make_full;
   /// The same, uninitialized: for an adjoint that writes its whole gradient.
@@ -77,9 +86,14 @@ public:
   /// intermediate takes the first contribution as it is and sums out of place
   /// afterwards, so no storage shared with another tensor is ever written.
   /// A contribution nobody else holds (a fresh result the caller drops) is
-  /// adopted, and a sum nobody else holds is added to in place: no copy.
+  /// adopted, and a sum nobody else holds is added to in place: no copy. A
+  /// leaf's zeroed storage takes a contribution somebody else holds.
   void accumulate(const grad_type& g) {
-    if (!grad) {
+    if (!grad && zeroed && !g.owns_storage_alone()) {
+      adopt_zeroed();  // 0 + g: g's values, in storage kept, no copy made
+      Device::axpy(grad->size(), T(1), g.data(), grad->data());
+    } else if (!grad) {
+      zeroed.reset();
       grad = is_leaf() && !g.owns_storage_alone() ? g.clone() : g;
     } else if (is_leaf() || grad->owns_storage_alone()) {
       Device::axpy(grad->size(), T(1), g.data(), grad->data());
@@ -88,6 +102,22 @@ public:
       Device::axpy(sum.size(), T(1), g.data(), sum.data());
       grad = sum;
     }
+  }
+
+  /// grad += a product that `write_into(p, beta)` writes at p as a GEMM
+  /// does (p = beta p + the product): into the zeroed storage an optimizer
+  /// left (beta 1, the same values as beta 0 into fresh storage), else into
+  /// fresh storage (beta 0) that is then accumulated.
+  template <class WriteInto>
+  void accumulate_product(WriteInto&& write_into) {
+    if (!grad && zeroed) {
+      adopt_zeroed();
+      write_into(grad->data(), T(1));
+      return;
+    }
+    grad_type g = make_empty();
+    write_into(g.data(), T(0));
+    accumulate(g);
   }
 
   /// grad += a contribution that `add_into(p)` adds into a gradient's
@@ -101,9 +131,20 @@ public:
       add_into(grad->data());
       return;
     }
+    if (!grad && zeroed) {
+      adopt_zeroed();
+      add_into(grad->data());
+      return;
+    }
     grad_type g = make_full(T(0));
     add_into(g.data());
     accumulate(g);
+  }
+
+private:
+  void adopt_zeroed() {
+    grad = std::move(*zeroed);
+    zeroed.reset();
   }
 };
 

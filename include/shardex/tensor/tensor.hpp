@@ -421,6 +421,43 @@ public:
   void zero_grad() const {
     if (node_) node_->grad.reset();
   }
+  /// Calls `f(grad())` each time backward() has completed this parameter's
+  /// gradient: right after the last adjoint that adds to it, while it is
+  /// likely still in cache (a weight's, after the product that made it).
+  /// One hook a parameter; an empty `f` removes it. `f` must not hold this
+  /// tensor (the hook lives in its node).
+  /// @throws error unless the tensor is a parameter (requires_grad()).
+  void on_grad_complete(std::function<void(const grad_type&)> f) const {
+    if (!node_ || !node_->is_leaf())
+      throw error("shardex::Tensor::on_grad_complete(): " + describe() +
+                  " is not a parameter; call requires_grad() on it first");
+    if (!f) {
+      node_->grad_complete = nullptr;
+      return;
+    }
+    node_->grad_complete = [n = node_.get(), f = std::move(f)] { f(*n->grad); };
+  }
+  /// Whether grad()'s storage is this parameter's alone (no copy of grad()
+  /// is held elsewhere): then an optimizer's pass may leave zeros in it as
+  /// it reads it, and hand it back with zero_grad_keeping_storage().
+  [[nodiscard]] bool grad_storage_alone() const noexcept {
+    return has_grad() && node_->is_leaf() && node_->grad->owns_storage_alone();
+  }
+  /// zero_grad() for a parameter whose gradient an optimizer's pass has just
+  /// overwritten with zeros (AdamStep::clear_grad): the storage is kept, and
+  /// the next backward adds its first contribution into it, a weight
+  /// gradient's product with beta 1, instead of taking fresh storage that
+  /// the BLAS zeroes in a pass of its own (bench/RESULTS.md, "The weight
+  /// gradients' zeroing").
+  /// @throws error unless grad_storage_alone().
+  void zero_grad_keeping_storage() const {
+    if (!grad_storage_alone())
+      throw error(
+          "shardex::Tensor::zero_grad_keeping_storage(): " + describe() +
+          (has_grad() ? " has a gradient whose storage is shared with another tensor" : " has no gradient to keep"));
+    node_->zeroed = std::move(node_->grad);
+    node_->grad.reset();
+  }
   /// The same data, outside the graph.
   [[nodiscard]] Tensor detach() const {
     Tensor t = *this;

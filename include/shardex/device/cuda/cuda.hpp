@@ -162,7 +162,7 @@ struct Cuda {
     cuda::kernels::softmax_backward_rows(p, dp, rows, cols, scale, cuda::compute_stream());
   }
   template <class T>
-  static void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& step) {
+  static void adam_update(T* p, T* m, T* v, T* g, std::int64_t n, const optim::AdamStep& step) {
     cuda::kernels::adam_update(p, m, v, g, n, step, cuda::compute_stream());
   }
   template <class T>

@@ -45,7 +45,7 @@ template <class T>
 void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale, cudaStream_t s);
 /// One fused Adam step over n elements (optim::adam_update_at).
 template <class T>
-void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& step, cudaStream_t s);
+void adam_update(T* p, T* m, T* v, T* g, std::int64_t n, const optim::AdamStep& step, cudaStream_t s);
 /// Layer norm and RMS norm (device/norm_ops.hpp; Host's loops of the same
 /// names say what each computes): one thread per row, or per column for the
 /// weight's gradient.

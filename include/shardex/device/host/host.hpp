@@ -136,9 +136,9 @@ struct Host {
 
   /// One Adam step over n elements of a parameter, its gradient and moments
   /// (optim::adam_update_at, vectorized in src/host_passes.cpp; the Cuda
-  /// device runs it as one fused kernel).
+  /// device runs it as one fused kernel); g is left zero with s.clear_grad.
   template <class T>
-  static void adam_update(T* p, T* m, T* v, const T* g, std::int64_t n, const optim::AdamStep& s);
+  static void adam_update(T* p, T* m, T* v, T* g, std::int64_t n, const optim::AdamStep& s);
 
   ///@{
   /// Layer norm and RMS norm over the last dim of x (rows x cols): the forward
