@@ -143,8 +143,9 @@ public:
   void watch(const Tensor<T, L, Dev>& p) {
     const std::size_t i = slots_->size();
     slots_->push_back({});
-    const bool counts = is_sharded_v<L> || p.rank() == 0;  // an Invariant gradient counts on rank 0
-    p.on_grad_complete([slots = slots_, i, counts](const Tensor<T, L, Dev>& g) {
+    // An Invariant gradient counts on rank 0 (an init-capture: for a Sharded
+    // one the value is a constant, which clang would not have captured).
+    p.on_grad_complete([slots = slots_, i, counts = is_sharded_v<L> || p.rank() == 0](const Tensor<T, L, Dev>& g) {
       (*slots)[i] = {counts ? detail::sum_of_squares<Dev>(g.data(), g.size()) : 0.0, true};
     });
     watched_.push_back({[p] { return grad_norm_part<Tensor<T, L, Dev>>::counted_squares(p); },
