@@ -14,6 +14,7 @@
 // - bad hyper-parameters refused with their names.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -177,6 +178,9 @@ TEST_CASE(
       adam_dropped.step(dropped.A, dropped.a, dropped.B, dropped.b);
       CHECK(global(std::get<2>(held)) == held_values);  // not zeroed under its holder
       CHECK_FALSE(kept.B.has_grad());
+      REQUIRE(kept.B.node()->zeroed.has_value());  // kept, and left zero by the step
+      CHECK(std::all_of(storage, storage + kept.B.node()->zeroed->size(), [](double v) { return v == 0.0; }));
+      CHECK_FALSE(dropped.B.node()->zeroed.has_value());
       CHECK(global(kept.A) == global(dropped.A));  // bit for bit
       CHECK(global(kept.a) == global(dropped.a));
       CHECK(global(kept.B) == global(dropped.B));
@@ -184,6 +188,8 @@ TEST_CASE(
       kept.backward_once(step + 1);
       if (kept.B.grad().size() > 0) CHECK(kept.B.grad().data() == storage);  // the storage kept, added into
       dropped.backward_once(step + 1);
+      kept.backward_once(step + 2);  // a second pass accumulates onto it
+      dropped.backward_once(step + 2);
       CHECK(global(kept.A.grad()) == global(dropped.A.grad()));
       CHECK(global(kept.B.grad()) == global(dropped.B.grad()));
       kept.A.zero_grad(), kept.a.zero_grad(), kept.B.zero_grad(), kept.b.zero_grad();

@@ -51,6 +51,8 @@ namespace autodiff {
 /// For each position of the reverse pass over `order`, the leaves with a
 /// grad_complete hook whose gradient is complete after it: the last node of
 /// the pass that has the leaf among its inputs.
+/// Each position's leaves are in the order of that node's inputs, the same on
+/// every rank (a hook may make a collective call).
 inline std::vector<std::vector<Node*>> completed_leaves(const std::vector<Node*>& order) {
   std::vector<std::vector<Node*>> after;
   std::unordered_map<Node*, std::size_t> last;
@@ -59,7 +61,9 @@ inline std::vector<std::vector<Node*>> completed_leaves(const std::vector<Node*>
       if (in->is_leaf() && in->grad_complete) last[in.get()] = j;
   if (last.empty()) return after;
   after.resize(order.size());
-  for (const auto& [leaf, j] : last) after[j].push_back(leaf);
+  for (std::size_t j = 0; j < order.size(); ++j)
+    for (const auto& in : order[order.size() - 1 - j]->inputs)
+      if (const auto it = last.find(in.get()); it != last.end() && it->second == j) after[j].push_back(in.get());
   return after;
 }
 
@@ -76,7 +80,7 @@ inline void propagate_all(const std::vector<Node*>& order) {
     (*it)->release();
     if (!complete_after.empty())
       for (Node* leaf : complete_after[j])
-        if (leaf->has_grad()) leaf->grad_complete();
+        if (leaf->has_grad() && leaf->grad_complete) leaf->grad_complete();  // (an earlier hook may remove it)
   }
 }
 

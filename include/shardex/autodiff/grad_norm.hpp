@@ -112,7 +112,8 @@ struct grad_norm_part<Tensor<T, L, Dev>> {
 /// pass as soon as it has completed that gradient (Tensor::on_grad_complete),
 /// while it is in cache after the product that made it, instead of in a pass
 /// of its own over every gradient afterwards (GPT-2 small: 62 M gradients a
-/// rank, bench/RESULTS.md "The clipping's squares in the backward").
+/// rank, bench/RESULTS.md "The weight gradients' zeroing, and the clipping's
+/// squares in the backward").
 ///
 /// @code
 /// GradSquares squares;
@@ -123,7 +124,13 @@ struct grad_norm_part<Tensor<T, L, Dev>> {
 ///
 /// The gradients must not change between backward() and norm(); a watched
 /// parameter whose gradient no pass has completed since the last norm() (one
-/// set by other means) is summed by norm() itself.
+/// set by other means, or a parameter that was the pass's root) is summed by
+/// norm() itself. Tensor parameters only (a mesh parameter's inner tensor
+/// would count an Invariant-on-dp gradient once per dp group). Unlike
+/// grad_norm, norm() makes no cross-rank check that the ranks watch the same
+/// list. On a GPU each parameter's squares are a dot product downloaded to
+/// the host, as grad_norm's are, but inside the pass. A moved-from
+/// GradSquares is not to be used.
 class GradSquares {
 public:
   /// Watches nothing yet.
@@ -138,18 +145,27 @@ public:
     for (auto& w : watched_) w.unwatch();
   }
 
-  /// Watches parameter p (its one grad_complete hook): Invariant or Sharded, as for grad_norm.
+  /// Watches parameter p (Invariant or Sharded, as for grad_norm) through
+  /// its one grad_complete hook.
+  /// @throws error if p is not a parameter or already has a hook (another
+  /// GradSquares', or the user's), which this one would replace.
   template <Scalar T, LayoutTag L, class Dev>
   void watch(const Tensor<T, L, Dev>& p) {
-    const std::size_t i = slots_->size();
-    slots_->push_back({});
+    if (p.node() && p.node()->is_leaf() && p.node()->grad_complete)
+      throw error("shardex::GradSquares::watch: " + p.describe() +
+                  " already has an on_grad_complete hook (watched twice?)");
+    Watched w{[p] { return grad_norm_part<Tensor<T, L, Dev>>::counted_squares(p); }, [p] { return p.has_grad(); },
+              [p] { p.on_grad_complete(nullptr); }};
+    watched_.reserve(watched_.size() + 1);
+    slots_->reserve(slots_->size() + 1);
+    const std::size_t i = slots_->size();  // == watched_.size(): nothing below throws once the hook is set
     // An Invariant gradient counts on rank 0 (an init-capture: for a Sharded
     // one the value is a constant, which clang would not have captured).
     p.on_grad_complete([slots = slots_, i, counts = is_sharded_v<L> || p.rank() == 0](const Tensor<T, L, Dev>& g) {
       (*slots)[i] = {counts ? detail::sum_of_squares<Dev>(g.data(), g.size()) : 0.0, true};
     });
-    watched_.push_back({[p] { return grad_norm_part<Tensor<T, L, Dev>>::counted_squares(p); },
-                        [p] { return p.has_grad(); }, [p] { p.on_grad_complete(nullptr); }});
+    slots_->push_back({});
+    watched_.push_back(std::move(w));
   }
 
   /// Collective over `comm` (the parameters' host communicator): the 2-norm

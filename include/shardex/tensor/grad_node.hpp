@@ -65,7 +65,9 @@ public:
   /// A leaf's gradient storage that an optimizer's pass read and left all
   /// zeros (Tensor::zero_grad_keeping_storage): the next backward's first
   /// contribution goes into it, a weight gradient's product with beta 1,
-  /// so that the BLAS makes no zeroing pass of its own over it.
+  /// so that the BLAS makes no zeroing pass of its own over it. A first
+  /// contribution nobody else holds (a bias's or a norm's gradient) is
+  /// adopted instead and this storage freed; zero_grad() frees it too.
   std::optional<grad_type> zeroed;
   /// The tensor's own shape and mapping (what a ones-seed or a zero gradient needs).
   std::function<grad_type(T)> make_full;
@@ -111,8 +113,8 @@ public:
   template <class WriteInto>
   void accumulate_product(WriteInto&& write_into) {
     if (!grad && zeroed) {
+      write_into(zeroed->data(), T(1));  // (adopted once written: a throw leaves no partial gradient)
       adopt_zeroed();
-      write_into(grad->data(), T(1));
       return;
     }
     grad_type g = make_empty();
@@ -132,8 +134,8 @@ public:
       return;
     }
     if (!grad && zeroed) {
+      add_into(zeroed->data());
       adopt_zeroed();
-      add_into(grad->data());
       return;
     }
     grad_type g = make_full(T(0));

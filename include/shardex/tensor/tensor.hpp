@@ -419,13 +419,17 @@ public:
   }
   /// Forgets the gradient (the next backward starts from zero).
   void zero_grad() const {
-    if (node_) node_->grad.reset();
+    if (!node_) return;
+    node_->grad.reset();
+    node_->zeroed.reset();  // kept storage too: the memory is the caller's again
   }
   /// Calls `f(grad())` each time backward() has completed this parameter's
   /// gradient: right after the last adjoint that adds to it, while it is
   /// likely still in cache (a weight's, after the product that made it).
   /// One hook a parameter; an empty `f` removes it. `f` must not hold this
-  /// tensor (the hook lives in its node).
+  /// tensor (the hook lives in its node). Not called for a parameter that is
+  /// the pass's root; hooks completing at the same node run in the order of
+  /// its inputs, the same on every rank.
   /// @throws error unless the tensor is a parameter (requires_grad()).
   void on_grad_complete(std::function<void(const grad_type&)> f) const {
     if (!node_ || !node_->is_leaf())
@@ -444,7 +448,8 @@ public:
     return has_grad() && node_->is_leaf() && node_->grad->owns_storage_alone();
   }
   /// zero_grad() for a parameter whose gradient an optimizer's pass has just
-  /// overwritten with zeros (AdamStep::clear_grad): the storage is kept, and
+  /// overwritten with zeros (AdamStep::clear_grad), and only then: the
+  /// storage is kept as it is (not zeroed here), and
   /// the next backward adds its first contribution into it, a weight
   /// gradient's product with beta 1, instead of taking fresh storage that
   /// the BLAS zeroes in a pass of its own (bench/RESULTS.md, "The weight

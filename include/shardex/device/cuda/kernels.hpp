@@ -43,7 +43,7 @@ void softmax_rows(T* x, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 /// dp = scale * p * (dp - rowsum(dp * p)), row by row: softmax's backward, in place.
 template <class T>
 void softmax_backward_rows(const T* p, T* dp, std::int64_t rows, std::int64_t cols, T scale, cudaStream_t s);
-/// One fused Adam step over n elements (optim::adam_update_at).
+/// One fused Adam step over n elements (optim::adam_update_at); g is left zero with step.clear_grad.
 template <class T>
 void adam_update(T* p, T* m, T* v, T* g, std::int64_t n, const optim::AdamStep& step, cudaStream_t s);
 /// Layer norm and RMS norm (device/norm_ops.hpp; Host's loops of the same
