@@ -53,7 +53,7 @@ public:
   /// One update of every parameter that has a gradient, each gradient taken
   /// times `grad_scale` (a clipping's factor, grad_clipping), then zero_grad,
   /// the gradient's storage left zero by the same pass and kept where nobody
-  /// else holds it (shardex::Adam::step).
+  /// else holds it (shardex::adam_pass).
   /// No communication.
   void step(Model<T, Dev>& model, double grad_scale = 1) {
     ++t_;
@@ -63,18 +63,15 @@ public:
       auto& m = std::get<P>(m_[i]);
       auto& v = std::get<P>(v_[i]);
       if (p.has_grad()) {
-        const bool keep = p.grad_storage_alone();
-        const shardex::optim::AdamStep s{.lr = o_.lr,
-                                         .beta1 = o_.beta1,
-                                         .beta2 = o_.beta2,
-                                         .eps = o_.eps,
-                                         .c1 = 1 - std::pow(o_.beta1, double(t_)),
-                                         .c2 = 1 - std::pow(o_.beta2, double(t_)),
-                                         .shrink = decays_[i] ? 1 - o_.lr * o_.weight_decay : 1.0,
-                                         .grad_scale = grad_scale,
-                                         .clear_grad = keep};
-        Dev::adam_update(p.data(), m.data(), v.data(), p.grad().data(), p.size(), s);
-        keep ? p.zero_grad_keeping_storage() : p.zero_grad();
+        shardex::adam_pass(p, m, v,
+                           {.lr = o_.lr,
+                            .beta1 = o_.beta1,
+                            .beta2 = o_.beta2,
+                            .eps = o_.eps,
+                            .c1 = 1 - std::pow(o_.beta1, double(t_)),
+                            .c2 = 1 - std::pow(o_.beta2, double(t_)),
+                            .shrink = decays_[i] ? 1 - o_.lr * o_.weight_decay : 1.0,
+                            .grad_scale = grad_scale});
       }
       ++i;
     });

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -162,8 +163,7 @@ TEST_CASE("GradSquares: the squares backward takes as it completes each gradient
   auto rng = test::shared_rng(59);
   for (const auto& ls : test::lengths_cases(rng, n, {.max_total = 9})) {
     CAPTURE(ls);
-    std::int64_t F = 0;
-    for (auto l : ls) F += l;
+    const std::int64_t F = std::accumulate(ls.begin(), ls.end(), std::int64_t{0});
     Mlp m(world(), 4, F, ls);
     GradSquares squares;
     squares.watch(m.A), squares.watch(m.a), squares.watch(m.B), squares.watch(m.b);

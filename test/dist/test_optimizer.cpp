@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -159,8 +160,7 @@ TEST_CASE(
   auto rng = test::shared_rng(43);
   for (const auto& ls : test::lengths_cases(rng, n, {.max_total = 9})) {
     CAPTURE(ls);
-    std::int64_t F = 0;
-    for (auto l : ls) F += l;
+    const std::int64_t F = std::accumulate(ls.begin(), ls.end(), std::int64_t{0});
     Mlp kept(world(), ls, F), dropped(world(), ls, F);
     const AdamOptions o{.lr = 0.02, .weight_decay = 0.1};
     Adam adam_kept(o, kept.A, kept.a, kept.B, kept.b), adam_dropped(o, dropped.A, dropped.a, dropped.B, dropped.b);

@@ -86,6 +86,19 @@ constexpr bool decays(const NoWeightDecay<X>&) {
 }
 }  // namespace detail
 
+/// One fused Adam pass (step `s`) over parameter p with its gradient and
+/// moments m and v, then zero_grad: a gradient nobody else holds is left zero
+/// by the same pass (AdamStep::clear_grad) and its storage kept for the next
+/// backward (Tensor::zero_grad_keeping_storage); one held elsewhere is read
+/// and dropped. Adam::step's pass, for optimizers that keep their moments
+/// otherwise (examples/gpt2/train.hpp).
+template <class X>
+void adam_pass(const X& p, const X& m, const X& v, optim::AdamStep s) {
+  s.clear_grad = p.grad_storage_alone();
+  X::device_type::adam_update(p.data(), m.data(), v.data(), p.grad().data(), p.size(), s);
+  s.clear_grad ? p.zero_grad_keeping_storage() : p.zero_grad();
+}
+
 /// @brief Adam over the parameters P... (tensors on any device whose gradient
 /// has their own layout); the moments are laid out like the parameters, on
 /// the parameters' device, and each step is one fused pass per parameter
@@ -160,17 +173,14 @@ private:
   template <class X>
   void update(X& p, X& m, X& v, bool decay) {
     if (!p.has_grad()) return;
-    const bool keep = p.grad_storage_alone();
-    const optim::AdamStep s{.lr = o_.lr,
-                            .beta1 = o_.beta1,
-                            .beta2 = o_.beta2,
-                            .eps = o_.eps,
-                            .c1 = 1 - std::pow(o_.beta1, static_cast<double>(t_)),
-                            .c2 = 1 - std::pow(o_.beta2, static_cast<double>(t_)),
-                            .shrink = decay ? 1 - o_.lr * o_.weight_decay : 1.0,
-                            .clear_grad = keep};
-    X::device_type::adam_update(p.data(), m.data(), v.data(), p.grad().data(), p.size(), s);  // one fused pass
-    keep ? p.zero_grad_keeping_storage() : p.zero_grad();
+    adam_pass(p, m, v,
+              {.lr = o_.lr,
+               .beta1 = o_.beta1,
+               .beta2 = o_.beta2,
+               .eps = o_.eps,
+               .c1 = 1 - std::pow(o_.beta1, static_cast<double>(t_)),
+               .c2 = 1 - std::pow(o_.beta2, static_cast<double>(t_)),
+               .shrink = decay ? 1 - o_.lr * o_.weight_decay : 1.0});
   }
 
   AdamOptions o_;

@@ -142,7 +142,7 @@ public:
   GradSquares& operator=(GradSquares&&) = delete;
   /// Removes the hooks it set.
   ~GradSquares() {
-    for (auto& w : watched_) w.unwatch();
+    for (auto& w : watched_) w.node->grad_complete = nullptr;
   }
 
   /// Watches parameter p (Invariant or Sharded, as for grad_norm) through
@@ -154,8 +154,7 @@ public:
     if (p.node() && p.node()->is_leaf() && p.node()->grad_complete)
       throw error("shardex::GradSquares::watch: " + p.describe() +
                   " already has an on_grad_complete hook (watched twice?)");
-    Watched w{[p] { return grad_norm_part<Tensor<T, L, Dev>>::counted_squares(p); }, [p] { return p.has_grad(); },
-              [p] { p.on_grad_complete(nullptr); }};
+    Watched w{p.node(), [p] { return grad_norm_part<Tensor<T, L, Dev>>::counted_squares(p); }};
     watched_.reserve(watched_.size() + 1);
     slots_->reserve(slots_->size() + 1);
     const std::size_t i = slots_->size();  // == watched_.size(): nothing below throws once the hook is set
@@ -174,7 +173,7 @@ public:
     double counted = 0.0;
     for (std::size_t i = 0; i < watched_.size(); ++i) {
       Slot& s = (*slots_)[i];
-      if (watched_[i].has_grad()) counted += s.taken ? s.squares : watched_[i].direct();
+      if (watched_[i].node->has_grad()) counted += s.taken ? s.squares : watched_[i].direct();
       s = {};
     }
     if (comm.size() > 1) comm.all_reduce(&counted, 1);
@@ -187,9 +186,8 @@ private:
     bool taken = false;  // by a pass, since the last norm()
   };
   struct Watched {
-    std::function<double()> direct;  // counted_squares, for a gradient no pass completed
-    std::function<bool()> has_grad;
-    std::function<void()> unwatch;
+    std::shared_ptr<autodiff::Node> node;  // the parameter's: its gradient's presence, its hook
+    std::function<double()> direct;        // counted_squares, for a gradient no pass completed
   };
   std::shared_ptr<std::vector<Slot>> slots_ = std::make_shared<std::vector<Slot>>();
   std::vector<Watched> watched_;
