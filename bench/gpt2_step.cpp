@@ -4,7 +4,7 @@
 // to norm 1, AdamW lr 6e-4, betas (0.9, 0.95), weight decay 0.1 on the
 // matrices and embeddings), float32, GPT-2 small's sizes by default.
 //
-//   mpirun -n 2 build/bench/bench_gpt2_step [--batch 4 --seq 64 --steps 5 --warmup 2]
+//   mpirun -n 2 build/bench/bench_gpt2_step [--batch 4 --seq 64 --steps 5 --warmup 1 --tune-gemm 4]
 //
 // The model is examples/gpt2/model.hpp split evenly (50257 vocabulary rows
 // over 2 ranks: 25129 + 25128, nothing padded), its optimizer and clipping
@@ -57,13 +57,23 @@ double step_flops(const gpt2::Config& c, std::int64_t batch, std::int64_t seq) {
   return 3 * (l * per_layer + 2 * n * d * v);
 }
 
+/// The float shape classes whose products run Eigen's kernel ("NN huge, ..."),
+/// the BLAS's running the others.
+std::string eigen_classes() {
+  std::string out;
+  for (const host::GemmClassChoice& k : host::gemm_kernels().classes)
+    if (k.element_bytes == 4 && k.kernel == host::GemmKernel::eigen)
+      out += std::string(out.empty() ? "" : ", ") + (k.ta ? "T" : "N") + (k.tb ? "T" : "N") + " " + k.size;
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   mpi::Environment env(argc, argv);
   auto comm = mpi::Communicator::world();
   gpt2::Config c;
-  std::int64_t batch = 4, seq = 64, steps = 5, warmup = 2, seed = 1;
+  std::int64_t batch = 4, seq = 64, steps = 5, warmup = 1, tune_steps = 4, seed = 1;
   CLI::App app("bench_gpt2_step: one GPT-2 training step with tensor parallelism (bench/gpt2_step_torch.py's work)",
                "bench_gpt2_step");
   command_line::configure(app);
@@ -77,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--seq", seq, "tokens per sequence")->transform(integer(1, 1 << 24));
   app.add_option("--steps", steps, "measured steps")->transform(integer(1, 1 << 20));
   app.add_option("--warmup", warmup, "steps run first, not measured")->transform(integer(0, 1 << 20));
+  app.add_option("--tune-gemm", tune_steps,
+                 "steps after the warm-up that tune the GEMM kernels (host::tune_gemm_kernels), not measured; 0: none")
+      ->transform(integer(0, 1 << 20));
   app.add_option("--seed", seed, "seed of the weights and the tokens")->transform(integer(0));
   if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
   return command_line::run("bench_gpt2_step", comm.rank(), [&] {
@@ -84,6 +97,7 @@ int main(int argc, char** argv) {
     const int n = comm.size();
     c.check();
     if (seq > c.context) throw command_line::usage_error("--seq is longer than the context");
+    if (tune_steps % 2 != 0) throw command_line::usage_error("--tune-gemm takes an even count (0: none)");
     const auto split = gpt2::Split::proportional(c, std::vector<double>(static_cast<std::size_t>(n), 1.0));
     gpt2::Model<T> model(comm, c, split, static_cast<std::uint64_t>(seed));
     model.trainable();
@@ -126,7 +140,8 @@ int main(int argc, char** argv) {
     const auto since = [](auto t) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() * 1e3;
     };
-    for (std::int64_t s = 0; s < warmup + steps; ++s) {
+    std::int64_t done = 0;  // steps run
+    const auto one_step = [&](bool measured) {
       comm.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       const Counters c0 = counters();
@@ -137,8 +152,8 @@ int main(int argc, char** argv) {
       opt.step(model, gpt2::grad_clipping(model, squares, 1.0).scale);
       const double t = since(t0);
       const Counters spent = counters() - c0;
-      if (s == 0) first_loss = double(loss.data()[0]);
-      if (s >= warmup) {
+      if (done == 0) first_loss = double(loss.data()[0]);
+      if (measured) {
         const double step = max_over_ranks(comm, t);
         ms.push_back(step);
         forward_ms.push_back(forward), backward_ms.push_back(backward_end - forward);
@@ -152,7 +167,17 @@ int main(int argc, char** argv) {
         const double gflops = std::max(eigen_rates.back(), blas_rates.back());
         vs_floor.push_back(step / (flops_per_rank / (gflops * 1e9) * 1e3));
       }
+      ++done;
+    };
+    // The warm-up (allocations, first touches), then the GEMM kernels tuned
+    // on the step (unmeasured, as a training run would do it first), then the
+    // measured steps.
+    for (std::int64_t i = 0; i < warmup; ++i) one_step(false);
+    if (tune_steps > 0) {
+      host::tune_gemm_kernels(comm, static_cast<int>(tune_steps), [&] { one_step(false); });
+      if (comm.rank() == 0) std::cerr << host::gemm_kernels_report();  // stdout has the JSON alone
     }
+    for (std::int64_t i = 0; i < steps; ++i) one_step(true);
     const double step_ms = median(ms);
     const double eigen = median(eigen_rates), blas = median(blas_rates);
     const double gflops = std::max(eigen, blas);
@@ -172,10 +197,12 @@ int main(int argc, char** argv) {
                 << ",\"forward_ms\":" << median(forward_ms) << ",\"backward_ms\":" << median(backward_ms)
                 << ",\"clip_adamw_ms\":" << median(update_ms) << ",\"step_gflop\":" << step_flops(c, batch, seq) / 1e9
                 << ",\"gemm_gflops_per_rank\":" << gflops << ",\"gemm_gflops_eigen\":" << eigen
-                << ",\"gemm_gflops_blas\":" << blas << ",\"blas_core\":\"" << core.substr(0, core.find(' '))
-                << "\",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << median(vs_floor)
-                << ",\"products_ms\":" << median(products_ms) << ",\"products_gflops\":" << median(products_gflops)
-                << ",\"comm_ms\":" << median(comm_ms) << ",\"rest_ms\":" << median(rest_ms) << "}" << std::endl;
+                << ",\"gemm_gflops_blas\":" << blas << ",\"gemm_tuned_steps\":" << host::gemm_kernels().tuned_steps
+                << ",\"gemm_eigen_classes\":\"" << eigen_classes() << "\",\"blas_core\":\""
+                << core.substr(0, core.find(' ')) << "\",\"gemm_floor_ms\":" << floor_ms
+                << ",\"vs_floor\":" << median(vs_floor) << ",\"products_ms\":" << median(products_ms)
+                << ",\"products_gflops\":" << median(products_gflops) << ",\"comm_ms\":" << median(comm_ms)
+                << ",\"rest_ms\":" << median(rest_ms) << "}" << std::endl;
     return 0;
   });
 }

@@ -25,6 +25,7 @@
 #include "shardex/core/checks.hpp"               // IWYU pragma: export
 #include "shardex/core/error.hpp"                // IWYU pragma: export
 #include "shardex/core/shape.hpp"                // IWYU pragma: export
+#include "shardex/device/host/gemm_tuning.hpp"   // IWYU pragma: export
 #include "shardex/eager/eager.hpp"               // IWYU pragma: export
 #include "shardex/expr/attention.hpp"            // IWYU pragma: export
 #include "shardex/expr/elementwise.hpp"          // IWYU pragma: export

@@ -200,10 +200,24 @@ struct Choice {
   bool made = false;
   bool measured = false;  // false: SHARDEX_GEMM named the kernel
   std::array<host::GemmKernel, n_classes> kernel{};
-  std::array<std::int64_t, 2 * n_classes> ns{};  // per class: Eigen's time, the BLAS's (summed over the ranks)
-  std::int64_t ranks = 1;                        // the ranks whose times ns sums
-  bool from_cache = false;                       // the times came from the cache file
+  std::array<std::int64_t, 2 * n_classes> ns{};      // per class: Eigen's time, the BLAS's (summed over the ranks)
+  std::int64_t ranks = 1;                            // the ranks whose times ns sums
+  bool from_cache = false;                           // the times came from the cache file
+  int tuned_steps = 0;                               // tune_gemm_kernels' steps (0: not tuned)
+  std::array<double, 2 * n_classes> tuned_gflops{};  // per class: Eigen's rate, the BLAS's, in the steps (per rank)
 };
+
+// tune_gemm_kernels' state: the kernel every Host::gemm runs for the moment
+// (-1: the choice), and per class and kernel the products, their time and
+// their flops (integers: summed over the ranks exactly).
+struct Tuning {
+  std::atomic<int> forced{-1};
+  std::array<std::int64_t, 2 * n_classes> calls{}, ns{}, flops{};
+};
+Tuning& tuning() {
+  static Tuning t;
+  return t;
+}
 
 std::mutex& choice_mutex() {
   static std::mutex m;
@@ -420,6 +434,52 @@ void choose_gemm_kernels(const GemmAgreement& agree) {
   choose_locked(agree);
 }
 
+void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::function<void()>& step) {
+  if (steps < 2 || steps % 2 != 0)
+    throw invalid_argument("tune_gemm_kernels: " + std::to_string(steps) +
+                           " steps; expected an even count of at least 2 (each kernel runs half of them)");
+  const bool choosing = current().measured;  // false: SHARDEX_GEMM's kernel, or no BLAS
+  Tuning& tune = tuning();
+  {
+    std::lock_guard lock(choice_mutex());
+    tune.calls.fill(0), tune.ns.fill(0), tune.flops.fill(0);
+  }
+  struct Release {  // the choice again, however the steps end
+    Tuning& t;
+    ~Release() { t.forced.store(-1); }
+  } release{tune};
+  for (int s = 0; s < steps; ++s) {
+    // Eigen, BLAS, BLAS, Eigen, ...: a drift of the machine's speed over the steps falls on both.
+    if (choosing) tune.forced.store((s % 4 == 0 || s % 4 == 3) ? 0 : 1);
+    step();
+  }
+  tune.forced.store(-1);
+  if (!choosing) return;
+  std::vector<std::int64_t> totals;  // per class and kernel: products, ns, flops
+  {
+    std::lock_guard lock(choice_mutex());
+    totals.insert(totals.end(), tune.calls.begin(), tune.calls.end());
+    totals.insert(totals.end(), tune.ns.begin(), tune.ns.end());
+    totals.insert(totals.end(), tune.flops.begin(), tune.flops.end());
+  }
+  if (agree.sum) agree.sum(totals);
+  constexpr std::size_t n = 2 * n_classes;
+  std::lock_guard lock(choice_mutex());
+  Choice& c = choice();
+  c.tuned_steps = steps;
+  for (std::size_t cls = 0; cls < n_classes; ++cls) {
+    const std::size_t e = 2 * cls, b = 2 * cls + 1;
+    if (totals[e] == 0 || totals[b] == 0 || totals[n + e] <= 0 || totals[n + b] <= 0) {
+      c.tuned_gflops[e] = c.tuned_gflops[b] = 0;  // a kernel never ran this class: it keeps its kernel
+      continue;
+    }
+    // A rank's rate: flops over ns, both summed over the ranks (the same on every rank).
+    c.tuned_gflops[e] = static_cast<double>(totals[2 * n + e]) / static_cast<double>(totals[n + e]);
+    c.tuned_gflops[b] = static_cast<double>(totals[2 * n + b]) / static_cast<double>(totals[n + b]);
+    c.kernel[cls] = c.tuned_gflops[e] > c.tuned_gflops[b] ? GemmKernel::eigen : GemmKernel::blas;
+  }
+}
+
 template <class T>
 void gemm_with(GemmKernel k, const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
@@ -434,6 +494,7 @@ GemmChoice gemm_kernels() {
   GemmChoice out;
   out.measured = c.measured;
   out.from_cache = c.from_cache;
+  out.tuned_steps = c.tuned_steps;
   for (int type = 0; type < n_types; ++type)
     for (int t = 0; t < n_trans; ++t)
       for (int s = 0; s < n_sizes; ++s) {
@@ -448,6 +509,8 @@ GemmChoice gemm_kernels() {
         if (c.measured) {
           k.eigen_gflops = gflops(cube[s], c.ns[2 * cls]) * static_cast<double>(c.ranks);
           k.blas_gflops = gflops(cube[s], c.ns[2 * cls + 1]) * static_cast<double>(c.ranks);
+          k.tuned_eigen_gflops = c.tuned_gflops[2 * cls];
+          k.tuned_blas_gflops = c.tuned_gflops[2 * cls + 1];
         }
         out.classes.push_back(k);
       }
@@ -470,13 +533,20 @@ std::string gemm_kernels_report() {
            "\n";
   std::string out =
       std::string("gemm kernels (") + (c.from_cache ? "measured before, from the cache" : "measured at start-up") +
+      (c.tuned_steps > 0 ? ", tuned on " + std::to_string(c.tuned_steps) + " steps of the program" : std::string()) +
       "; SHARDEX_GEMM=eigen|blas|auto overrides), " + kernel_name(GemmKernel::blas) + " core " + blas_core() + ":\n";
-  char line[160];
+  char line[240];
   for (const GemmClassChoice& k : c.classes) {
-    std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s, %s %6.1f GFLOP/s\n",
+    std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s, %s %6.1f GFLOP/s",
                   class_label(k).c_str(), static_cast<long long>(k.cube), kernel_name(k.kernel), k.eigen_gflops,
                   kernel_name(GemmKernel::blas), k.blas_gflops);
     out += line;
+    if (k.tuned_eigen_gflops > 0) {
+      std::snprintf(line, sizeof line, "; in the steps eigen %6.1f, %s %6.1f", k.tuned_eigen_gflops,
+                    kernel_name(GemmKernel::blas), k.tuned_blas_gflops);
+      out += line;
+    }
+    out += "\n";
   }
   return out;
 }
@@ -484,6 +554,7 @@ std::string gemm_kernels_report() {
 std::string gemm_kernels_json() {
   const GemmChoice c = gemm_kernels();
   std::string out = std::string("\"gemm_kernels\":{\"measured\":") + (c.measured ? "true" : "false") +
+                    ",\"tuned_steps\":" + std::to_string(c.tuned_steps) +
                     ",\"blas_core\":" + nlohmann::json(blas_core()).dump();
   for (const GemmClassChoice& k : c.classes) out += ",\"" + class_label(k) + "\":\"" + kernel_name(k.kernel) + "\"";
   return out + "}";
@@ -495,7 +566,20 @@ template <class T>
 void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   const detail::GemmTimer timed(product_flops(g));
-  run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);
+  Tuning& tune = tuning();
+  const int forced = tune.forced.load(std::memory_order_relaxed);
+  if (forced < 0) {
+    run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  run_kernel(static_cast<host::GemmKernel>(forced), g, alpha, a, b, beta, c);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const int at = 2 * class_of(sizeof(T) == 8 ? 1 : 0, g.ta, g.tb, size_class(g)) + forced;
+  std::lock_guard lock(choice_mutex());
+  ++tune.calls[static_cast<std::size_t>(at)];
+  tune.ns[static_cast<std::size_t>(at)] += static_cast<std::int64_t>(ns);
+  tune.flops[static_cast<std::size_t>(at)] += std::llround(product_flops(g));
 }
 
 template <class T>

@@ -112,7 +112,8 @@ TEST_CASE("trace: names and args with quotes, backslashes, control characters an
     // The run's GEMM kernel per shape class (device/host/gemm_kernels.hpp), as the ranks agreed on it.
     const auto& kernels = doc.at("otherData").at("gemm_kernels");
     CHECK(kernels.at("measured") == host::gemm_kernels().measured);
-    CHECK(kernels.size() == 34);  // "measured", "blas_core" and 32 classes
+    CHECK(kernels.at("tuned_steps") == host::gemm_kernels().tuned_steps);
+    CHECK(kernels.size() == 35);  // "measured", "tuned_steps", "blas_core" and 32 classes
     CHECK(kernels.at("blas_core") == host::blas_core());
     CHECK(kernels.at("double NT large") ==
           host::kernel_name(host::gemm_kernel(GemmShape::plain(300, 300, 300, false, true), 8)));

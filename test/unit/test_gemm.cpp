@@ -13,13 +13,16 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
 
 #include "shardex/core/counters.hpp"
 #include "shardex/core/error.hpp"
+#include "shardex/device/host/gemm_tuning.hpp"
 #include "shardex/device/host/host.hpp"
 
 #include "support/dist.hpp"
@@ -297,6 +300,128 @@ TEST_CASE("the measurement is cached: rank 0 reads it, every rank takes it; a da
   else
     unsetenv("SHARDEX_GEMM_CACHE");
   w.barrier();
+}
+
+// tune_gemm_kernels (device/host/gemm_kernels.hpp): the steps' products run
+// through Eigen, the BLAS, the BLAS, Eigen (each bit for bit the forced
+// kernel's), the classes the steps ran take the kernel of the higher rate
+// over them, the rest keep theirs, the same on every rank; a rank whose
+// product has no rows runs none. Skipped without a BLAS (nothing to tune) and
+// under the sanitizers (Eigen's kernel at -O0).
+namespace {
+struct TunedProduct {
+  GemmShape g;
+  std::vector<float> a, b;
+  explicit TunedProduct(GemmShape shape) : g(shape) {
+    a.resize(static_cast<std::size_t>(g.m * g.k + g.k * g.m));
+    b.resize(static_cast<std::size_t>(g.k * g.n + g.n * g.k));
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * double(i)));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.21 * double(i)));
+  }
+  std::vector<float> run() const {  // through the current choice (or the tuning's kernel)
+    std::vector<float> c(static_cast<std::size_t>(g.m * g.n));
+    Host::gemm(g, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    return c;
+  }
+  std::vector<float> run_with(host::GemmKernel k) const {
+    std::vector<float> c(static_cast<std::size_t>(g.m * g.n));
+    host::gemm_with(k, g, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    return c;
+  }
+};
+const host::GemmClassChoice& class_named(const host::GemmChoice& c, int bytes, bool ta, bool tb, const char* size) {
+  for (const auto& k : c.classes)
+    if (k.element_bytes == bytes && k.ta == ta && k.tb == tb && std::string_view(k.size) == size) return k;
+  throw std::logic_error("no such class");
+}
+}  // namespace
+
+TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives each class the faster over them" *
+          doctest::skip(!host::have_blas() || test::sanitized)) {
+  const auto& w = world();
+  const GemmOverride automatic("auto");
+  // float NN huge (384^3), float TN medium (64 x 80 x 96); float TT large runs nothing.
+  const TunedProduct huge(GemmShape::plain(384, 384, 384)), medium(GemmShape::plain(64, 80, 96, true, false));
+  const TunedProduct empty(GemmShape::plain(w.rank() == 1 ? 0 : 64, 80, 96, true, false));  // no rows on rank 1
+  const host::GemmChoice before = host::gemm_kernels();
+  CHECK(before.tuned_steps == 0);
+  const host::GemmKernel order[] = {host::GemmKernel::eigen, host::GemmKernel::blas, host::GemmKernel::blas,
+                                    host::GemmKernel::eigen};
+  int step = 0, forced_kernel_ran = 0;
+  host::tune_gemm_kernels(w, 4, [&] {  // over a communicator (device/host/gemm_tuning.hpp)
+    for (const TunedProduct* p : {&huge, &medium, &empty})
+      forced_kernel_ran += p->run() == p->run_with(order[step]) ? 1 : 0;
+    ++step;
+  });
+  CHECK(step == 4);
+  CHECK(forced_kernel_ran == 12);
+  const host::GemmChoice tuned = host::gemm_kernels();
+  CHECK(tuned.tuned_steps == 4);
+  for (const auto* k : {&class_named(tuned, 4, false, false, "huge"), &class_named(tuned, 4, true, false, "medium")}) {
+    CAPTURE(std::string(k->size));
+    CHECK(k->tuned_eigen_gflops > 0);
+    CHECK(k->tuned_blas_gflops > 0);
+    CHECK(k->kernel ==
+          (k->tuned_eigen_gflops > k->tuned_blas_gflops ? host::GemmKernel::eigen : host::GemmKernel::blas));
+  }
+  // A product of a tuned class now runs its class's new kernel.
+  CHECK(huge.run() == huge.run_with(class_named(tuned, 4, false, false, "huge").kernel));
+  // A class no step ran keeps its kernel and has no rates from the steps.
+  const auto& untouched = class_named(tuned, 4, true, true, "large");
+  CHECK(untouched.tuned_eigen_gflops == 0);
+  CHECK(untouched.kernel == class_named(before, 4, true, true, "large").kernel);
+  // The ranks agreed: the same table everywhere; the report says it was tuned.
+  std::int64_t lo = text_hash(host::gemm_kernels_json()), hi = lo;
+  w.all_reduce_min(&lo, 1);
+  w.all_reduce_max(&hi, 1);
+  CHECK(lo == hi);
+  const std::string report = host::gemm_kernels_report();
+  CHECK(report.find("tuned on 4 steps") != std::string::npos);
+  CHECK(report.find("in the steps eigen") != std::string::npos);
+  // Choosing again forgets the tuning.
+  host::choose_gemm_kernels(agreement());
+  CHECK(host::gemm_kernels().tuned_steps == 0);
+  CHECK(class_named(host::gemm_kernels(), 4, false, false, "huge").tuned_eigen_gflops == 0);
+}
+
+TEST_CASE("tune_gemm_kernels refuses an odd count; a step that throws leaves the choice as it was" *
+          doctest::skip(!host::have_blas() || test::sanitized)) {
+  const GemmOverride automatic("auto");
+  int steps = 0;
+  CHECK_THROWS_WITH_AS(host::tune_gemm_kernels(agreement(), 3, [&] { ++steps; }),
+                       doctest::Contains("3 steps; expected an even count"), invalid_argument);
+  CHECK_THROWS_AS(host::tune_gemm_kernels(agreement(), 0, [&] { ++steps; }), invalid_argument);
+  CHECK(steps == 0);
+  const TunedProduct huge(GemmShape::plain(384, 384, 384));
+  const host::GemmChoice before = host::gemm_kernels();
+  CHECK_THROWS_WITH_AS(host::tune_gemm_kernels(agreement(), 4,
+                                               [&] {
+                                                 huge.run();
+                                                 if (++steps == 2) throw std::runtime_error("step 2 failed");
+                                               }),
+                       "step 2 failed", std::runtime_error);
+  CHECK(steps == 2);
+  const host::GemmChoice after = host::gemm_kernels();
+  CHECK(after.tuned_steps == 0);
+  for (std::size_t i = 0; i < after.classes.size(); ++i) CHECK(after.classes[i].kernel == before.classes[i].kernel);
+  // No kernel is forced any more: the class's own runs.
+  const host::GemmKernel own = class_named(after, 4, false, false, "huge").kernel;
+  CHECK(huge.run() == huge.run_with(own));
+}
+
+TEST_CASE("tune_gemm_kernels under SHARDEX_GEMM runs the steps through the named kernel and changes nothing") {
+  const GemmOverride eigen("eigen");
+  const TunedProduct large(GemmShape::plain(96, 96, 96));
+  int steps = 0, eigen_ran = 0;
+  host::tune_gemm_kernels(agreement(), 2, [&] {
+    ++steps;
+    eigen_ran += large.run() == large.run_with(host::GemmKernel::eigen) ? 1 : 0;
+  });
+  CHECK(steps == 2);
+  CHECK(eigen_ran == 2);
+  const host::GemmChoice c = host::gemm_kernels();
+  CHECK(c.tuned_steps == 0);
+  for (const auto& k : c.classes) CHECK(k.kernel == host::GemmKernel::eigen);
 }
 
 }  // namespace shardex_test_gemm

@@ -15,6 +15,9 @@
 /// all of them). The measurement takes a few tens of ms, and is cached in a
 /// file for the next runs on the machine (see choose_gemm_kernels).
 ///
+/// A cube in cache is not a model's product: tune_gemm_kernels chooses again
+/// from the program's own steps (gemm_tuning.hpp: over a communicator).
+///
 /// `SHARDEX_GEMM=eigen` or `SHARDEX_GEMM=blas` skips it and takes that kernel
 /// for every class; `auto` (or unset) measures. `explain` names the kernel of
 /// each matmul, a trace records the table (`gemm kernels`), and
@@ -76,6 +79,11 @@ struct GemmClassChoice {
   /// The measured rates of Eigen's kernel and of the BLAS's (0: not measured).
   double eigen_gflops = 0, blas_gflops = 0;
   ///@}
+  ///@{
+  /// Their rates over the program's own products of the class, when
+  /// tune_gemm_kernels chose the kernel from them (0: not tuned), per rank.
+  double tuned_eigen_gflops = 0, tuned_blas_gflops = 0;
+  ///@}
 };
 
 /// The choice of every class; `measured` is false when SHARDEX_GEMM named the
@@ -83,6 +91,7 @@ struct GemmClassChoice {
 struct GemmChoice {
   bool measured = false;                 ///< whether the kernels were timed (now, or in the cache)
   bool from_cache = false;               ///< the times came from the cache file
+  int tuned_steps = 0;                   ///< the steps tune_gemm_kernels last timed (0: none since the choice)
   std::vector<GemmClassChoice> classes;  ///< every class, float first
 };
 
@@ -122,5 +131,27 @@ struct GemmAgreement {
 /// @throws invalid_argument if SHARDEX_GEMM is not eigen, blas or auto, or
 /// names blas in a build without one.
 void choose_gemm_kernels(const GemmAgreement& agree = {});
+
+/// Chooses again from a program's own products, as cuDNN's benchmark mode
+/// does: a cube timed with its operands in cache is not a model's product,
+/// whose weights come from memory at every step (GPT-2 small's forward
+/// products ran 100-125 GFLOP/s through OpenBLAS in the step and 125-135
+/// through Eigen, where the start-up cubes had them within 5 %:
+/// bench/RESULTS.md, "The GEMM choice in the step").
+///
+/// Runs `step` `steps` times (an even count), every Host::gemm
+/// of a step through one kernel, Eigen's and the BLAS's in turn (Eigen,
+/// BLAS, BLAS, Eigen, ...: a drift of the machine's speed falls on both),
+/// timing each product; sums each class's time and flops per kernel over the
+/// steps and the ranks; and gives every class whose products both kernels ran
+/// the one with the higher rate. The other classes keep their kernel. Every
+/// rank runs a step's products with the same kernel, so a Replicated result
+/// stays equal on all of them. The steps are real (a training step trains).
+/// Collective when `agree` is: every rank calls it with the same `steps`.
+/// Runs the steps and changes nothing when SHARDEX_GEMM named the kernel or
+/// the build has no BLAS. If `step` throws, the choice stays as it was and
+/// the exception goes on; a later choose_gemm_kernels forgets the tuning.
+/// @throws invalid_argument if `steps` is not even and at least 2.
+void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::function<void()>& step);
 
 }  // namespace shardex::host
