@@ -26,6 +26,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <type_traits>
 
 #include <shardex/autodiff/lr_schedule.hpp>
 
@@ -45,7 +46,7 @@ struct Gpt2Flags : example::Flags {
   std::int64_t layers = 2, heads = 6, width = 96, context = 64, vocab = gpt2::byte_vocab;
   // The data and the run.
   std::string data = "/usr/share/common-licenses";
-  std::int64_t batch = 8, seq = 64, warmup = 20, eval_every = 50, eval_batches = 8, save_every = 0;
+  std::int64_t batch = 8, seq = 64, warmup = 20, eval_every = 50, eval_batches = 8, save_every = 0, tune_gemm = 0;
   double min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0, val_fraction = 0.1;
   std::string load, save, resume, tokenizer, mesh;
   bool vocab_given = false;
@@ -300,6 +301,8 @@ struct Log {
 
 template <class T, class Dev>
 int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
+  if (f.tune_gemm % 2 != 0)
+    throw example::usage_error("--tune-gemm " + std::to_string(f.tune_gemm) + ": an even count (0: none)");
   const gpt2::MeshOf<Dev> mesh = make_mesh<Dev>(comm, f.mesh);
   const auto& dcomm = mesh.comm(1);  // the model's: its tensor-parallel group
   std::optional<gpt2::Tokenizer> tokenizer;
@@ -391,7 +394,7 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
     val = gpt2::validation_loss(parallel, model, *data, f.eval_batches);
     return val;
   };
-  for (std::int64_t step = state.step; step < f.steps; ++step) {
+  const auto train_step = [&](std::int64_t step) {
     const auto t0 = std::chrono::steady_clock::now();
     const gpt2::Batch b = data->next();
     const auto pass = parallel.forward(model, b);
@@ -416,7 +419,19 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
     log.line(step + 1, losses.back(), val, lr, norm, ms, tps);
     state.step = step + 1, state.data_position = data->position();
     if (!f.save.empty() && f.save_every > 0 && state.step % f.save_every == 0 && state.step < f.steps) save(state);
+  };
+  std::int64_t step = state.step;
+  const auto next_step = [&] { train_step(step++); };
+  // --tune-gemm N: the host's GEMM kernels chosen again from N steps after the
+  // first (device/host/gemm_tuning.hpp), every rank of the run agreeing.
+  if constexpr (std::is_same_v<Dev, Host>) {
+    if (f.tune_gemm > 0 && step + 1 + f.tune_gemm <= f.steps) {
+      next_step();
+      shardex::host::tune_gemm_kernels(comm, static_cast<int>(f.tune_gemm), next_step);
+      if (talk) std::cout << shardex::host::gemm_kernels_report();
+    }
   }
+  while (step < f.steps) next_step();
   if (!f.save.empty()) {
     save(state);
     if (talk) std::cout << "saved " << f.save << " (config.json, model.safetensors) at step " << state.step << "\n";
@@ -528,6 +543,10 @@ int main(int argc, char** argv) {
   app.add_option("--save", f.save,
                  "write config.json and model.safetensors (with the training state) to this directory");
   app.add_option("--save-every", f.save_every, "also save every N steps (0: at the end only)")->transform(integer(0));
+  app.add_option("--tune-gemm", f.tune_gemm,
+                 "time the host's GEMM kernels on N training steps after the first and keep the faster per shape "
+                 "class (an even N; 0: the start-up choice)")
+      ->transform(integer(0, 1 << 20));
   app.add_option("--resume", f.resume, "continue a run from a directory --save wrote (any world size and speeds)");
   app.add_option("--generate", f.prompt, "generate a continuation of this prompt after training");
   app.add_option("--tokens", f.tokens, "tokens to generate")->transform(integer(0));
