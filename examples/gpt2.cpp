@@ -424,11 +424,18 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   const auto next_step = [&] { train_step(step++); };
   // --tune-gemm N: the host's GEMM kernels chosen again from N steps after the
   // first (device/host/gemm_tuning.hpp), every rank of the run agreeing.
-  if constexpr (std::is_same_v<Dev, Host>) {
-    if (f.tune_gemm > 0 && step + 1 + f.tune_gemm <= f.steps) {
-      next_step();
-      shardex::host::tune_gemm_kernels(comm, static_cast<int>(f.tune_gemm), next_step);
-      if (talk) std::cout << shardex::host::gemm_kernels_report();
+  if (f.tune_gemm > 0) {
+    if constexpr (std::is_same_v<Dev, Host>) {
+      if (step + 1 + f.tune_gemm <= f.steps) {
+        next_step();
+        shardex::host::tune_gemm_kernels(comm, static_cast<int>(f.tune_gemm), next_step);
+        if (talk) std::cout << shardex::host::gemm_kernels_report();
+      } else if (talk) {
+        std::cout << "--tune-gemm " << f.tune_gemm << ": not run (" << f.steps - step
+                  << " steps left to run; it needs one more than it times)\n";
+      }
+    } else if (talk) {
+      std::cout << "--tune-gemm: not run (the GPU's products are cuBLAS's; it tunes the host's)\n";
     }
   }
   while (step < f.steps) next_step();

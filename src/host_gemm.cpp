@@ -208,11 +208,11 @@ struct Choice {
 };
 
 // tune_gemm_kernels' state: the kernel every Host::gemm runs for the moment
-// (-1: the choice), and per class and kernel the products, their time and
-// their flops (integers: summed over the ranks exactly).
+// (-1: the choice), and per class and kernel the products' time and flops
+// (integers: summed over the ranks exactly).
 struct Tuning {
   std::atomic<int> forced{-1};
-  std::array<std::int64_t, 2 * n_classes> calls{}, ns{}, flops{};
+  std::array<std::int64_t, 2 * n_classes> ns{}, flops{};
 };
 Tuning& tuning() {
   static Tuning t;
@@ -442,7 +442,7 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
   Tuning& tune = tuning();
   {
     std::lock_guard lock(choice_mutex());
-    tune.calls.fill(0), tune.ns.fill(0), tune.flops.fill(0);
+    tune.ns.fill(0), tune.flops.fill(0);
   }
   struct Release {  // the choice again, however the steps end
     Tuning& t;
@@ -455,10 +455,9 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
   }
   tune.forced.store(-1);
   if (!choosing) return;
-  std::vector<std::int64_t> totals;  // per class and kernel: products, ns, flops
+  std::vector<std::int64_t> totals;  // per class and kernel: ns, then flops
   {
     std::lock_guard lock(choice_mutex());
-    totals.insert(totals.end(), tune.calls.begin(), tune.calls.end());
     totals.insert(totals.end(), tune.ns.begin(), tune.ns.end());
     totals.insert(totals.end(), tune.flops.begin(), tune.flops.end());
   }
@@ -466,16 +465,15 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
   constexpr std::size_t n = 2 * n_classes;
   std::lock_guard lock(choice_mutex());
   Choice& c = choice();
+  if (!c.measured) return;  // a step chose again under SHARDEX_GEMM: that choice stands
   c.tuned_steps = steps;
   for (std::size_t cls = 0; cls < n_classes; ++cls) {
     const std::size_t e = 2 * cls, b = 2 * cls + 1;
-    if (totals[e] == 0 || totals[b] == 0 || totals[n + e] <= 0 || totals[n + b] <= 0) {
-      c.tuned_gflops[e] = c.tuned_gflops[b] = 0;  // a kernel never ran this class: it keeps its kernel
-      continue;
-    }
+    // A kernel that ran none of the class's work: the class keeps its kernel (and an earlier tuning's rates).
+    if (totals[e] <= 0 || totals[b] <= 0 || totals[n + e] <= 0 || totals[n + b] <= 0) continue;
     // A rank's rate: flops over ns, both summed over the ranks (the same on every rank).
-    c.tuned_gflops[e] = static_cast<double>(totals[2 * n + e]) / static_cast<double>(totals[n + e]);
-    c.tuned_gflops[b] = static_cast<double>(totals[2 * n + b]) / static_cast<double>(totals[n + b]);
+    c.tuned_gflops[e] = static_cast<double>(totals[n + e]) / static_cast<double>(totals[e]);
+    c.tuned_gflops[b] = static_cast<double>(totals[n + b]) / static_cast<double>(totals[b]);
     c.kernel[cls] = c.tuned_gflops[e] > c.tuned_gflops[b] ? GemmKernel::eigen : GemmKernel::blas;
   }
 }
@@ -568,7 +566,7 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   const detail::GemmTimer timed(product_flops(g));
   Tuning& tune = tuning();
   const int forced = tune.forced.load(std::memory_order_relaxed);
-  if (forced < 0) {
+  if (forced < 0 || g.k == 0) {  // k 0: C = beta C, no product to time (it would count as 0 flops)
     run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);
     return;
   }
@@ -577,7 +575,6 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   const int at = 2 * class_of(sizeof(T) == 8 ? 1 : 0, g.ta, g.tb, size_class(g)) + forced;
   std::lock_guard lock(choice_mutex());
-  ++tune.calls[static_cast<std::size_t>(at)];
   tune.ns[static_cast<std::size_t>(at)] += static_cast<std::int64_t>(ns);
   tune.flops[static_cast<std::size_t>(at)] += std::llround(product_flops(g));
 }

@@ -186,7 +186,8 @@ std::int64_t stop() {
   }
   if (rank == 0) {
     std::ofstream out(s.path);
-    // The run's GEMM kernel per shape class (the same on every rank: agreed at start-up).
+    // The run's GEMM kernel per shape class (the same on every rank: agreed at start-up, or by
+    // tune_gemm_kernels), as it stands when the trace is written.
     out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"shardex\"," << host::gemm_kernels_json()
         << "},\"traceEvents\":[" << mine << "]}\n";
     if (!out) std::fprintf(stderr, "[shardex] trace: cannot write %s\n", s.path.c_str());

@@ -7,6 +7,7 @@
 // checks that explain names each matmul's kernel.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -304,27 +305,29 @@ TEST_CASE("the measurement is cached: rank 0 reads it, every rank takes it; a da
 
 // tune_gemm_kernels (device/host/gemm_kernels.hpp): the steps' products run
 // through Eigen, the BLAS, the BLAS, Eigen (each bit for bit the forced
-// kernel's), the classes the steps ran take the kernel of the higher rate
-// over them, the rest keep theirs, the same on every rank; a rank whose
-// product has no rows runs none. Skipped without a BLAS (nothing to tune) and
-// under the sanitizers (Eigen's kernel at -O0).
+// kernel's, on shapes where the two kernels' results differ), the classes the
+// steps ran take the kernel of the higher rate over them, with the same rates
+// on every rank (summed over them), the rest keep theirs; a rank whose
+// product has no rows runs none, and a product with k = 0 is not counted.
+// Skipped without a BLAS (nothing to tune) and under the sanitizers (Eigen's
+// kernel at -O0).
 namespace {
 struct TunedProduct {
   GemmShape g;
   std::vector<float> a, b;
   explicit TunedProduct(GemmShape shape) : g(shape) {
-    a.resize(static_cast<std::size_t>(g.m * g.k + g.k * g.m));
-    b.resize(static_cast<std::size_t>(g.k * g.n + g.n * g.k));
+    a.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, g.m * g.k)));
+    b.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, g.k * g.n)));
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * double(i)));
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.21 * double(i)));
   }
   std::vector<float> run() const {  // through the current choice (or the tuning's kernel)
-    std::vector<float> c(static_cast<std::size_t>(g.m * g.n));
+    std::vector<float> c(static_cast<std::size_t>(g.m * g.n), 1.0f);
     Host::gemm(g, 1.0f, a.data(), b.data(), 0.0f, c.data());
     return c;
   }
   std::vector<float> run_with(host::GemmKernel k) const {
-    std::vector<float> c(static_cast<std::size_t>(g.m * g.n));
+    std::vector<float> c(static_cast<std::size_t>(g.m * g.n), 1.0f);
     host::gemm_with(k, g, 1.0f, a.data(), b.data(), 0.0f, c.data());
     return c;
   }
@@ -334,30 +337,34 @@ const host::GemmClassChoice& class_named(const host::GemmChoice& c, int bytes, b
     if (k.element_bytes == bytes && k.ta == ta && k.tb == tb && std::string_view(k.size) == size) return k;
   throw std::logic_error("no such class");
 }
+constexpr host::GemmKernel tuning_order[] = {host::GemmKernel::eigen, host::GemmKernel::blas, host::GemmKernel::blas,
+                                             host::GemmKernel::eigen};
 }  // namespace
 
 TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives each class the faster over them" *
           doctest::skip(!host::have_blas() || test::sanitized)) {
   const auto& w = world();
   const GemmOverride automatic("auto");
-  // float NN huge (384^3), float TN medium (64 x 80 x 96); float TT large runs nothing.
-  const TunedProduct huge(GemmShape::plain(384, 384, 384)), medium(GemmShape::plain(64, 80, 96, true, false));
-  const TunedProduct empty(GemmShape::plain(w.rank() == 1 ? 0 : 64, 80, 96, true, false));  // no rows on rank 1
+  // float NN huge (256 x 768 x 768) and float NT medium (64^3, no rows on rank 1): the two kernels'
+  // results differ there, so each step shows which ran. float TN small: only a product with k = 0.
+  const TunedProduct huge(GemmShape::plain(256, 768, 768)),
+      medium(GemmShape::plain(w.rank() == 1 ? 0 : 64, 64, 64, false, true)),
+      no_k(GemmShape::plain(64, 64, 0, true, false));
+  REQUIRE(huge.run_with(host::GemmKernel::eigen) != huge.run_with(host::GemmKernel::blas));
+  if (w.rank() != 1) REQUIRE(medium.run_with(host::GemmKernel::eigen) != medium.run_with(host::GemmKernel::blas));
   const host::GemmChoice before = host::gemm_kernels();
   CHECK(before.tuned_steps == 0);
-  const host::GemmKernel order[] = {host::GemmKernel::eigen, host::GemmKernel::blas, host::GemmKernel::blas,
-                                    host::GemmKernel::eigen};
   int step = 0, forced_kernel_ran = 0;
   host::tune_gemm_kernels(w, 4, [&] {  // over a communicator (device/host/gemm_tuning.hpp)
-    for (const TunedProduct* p : {&huge, &medium, &empty})
-      forced_kernel_ran += p->run() == p->run_with(order[step]) ? 1 : 0;
+    for (const TunedProduct* p : {&huge, &medium, &no_k})
+      forced_kernel_ran += p->run() == p->run_with(tuning_order[step]) ? 1 : 0;
     ++step;
   });
   CHECK(step == 4);
   CHECK(forced_kernel_ran == 12);
   const host::GemmChoice tuned = host::gemm_kernels();
   CHECK(tuned.tuned_steps == 4);
-  for (const auto* k : {&class_named(tuned, 4, false, false, "huge"), &class_named(tuned, 4, true, false, "medium")}) {
+  for (const auto* k : {&class_named(tuned, 4, false, false, "huge"), &class_named(tuned, 4, false, true, "medium")}) {
     CAPTURE(std::string(k->size));
     CHECK(k->tuned_eigen_gflops > 0);
     CHECK(k->tuned_blas_gflops > 0);
@@ -366,15 +373,28 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
   }
   // A product of a tuned class now runs its class's new kernel.
   CHECK(huge.run() == huge.run_with(class_named(tuned, 4, false, false, "huge").kernel));
-  // A class no step ran keeps its kernel and has no rates from the steps.
-  const auto& untouched = class_named(tuned, 4, true, true, "large");
-  CHECK(untouched.tuned_eigen_gflops == 0);
-  CHECK(untouched.kernel == class_named(before, 4, true, true, "large").kernel);
-  // The ranks agreed: the same table everywhere; the report says it was tuned.
-  std::int64_t lo = text_hash(host::gemm_kernels_json()), hi = lo;
-  w.all_reduce_min(&lo, 1);
-  w.all_reduce_max(&hi, 1);
-  CHECK(lo == hi);
+  // Classes no step ran, and the one that ran only a product with k = 0, keep their kernels, no rates.
+  struct Kept {
+    bool ta, tb;
+    const char* size;
+  };
+  for (const Kept& k : {Kept{true, true, "large"}, Kept{true, false, "small"}}) {
+    CAPTURE(k.size);
+    CHECK(class_named(tuned, 4, k.ta, k.tb, k.size).tuned_eigen_gflops == 0);
+    CHECK(class_named(tuned, 4, k.ta, k.tb, k.size).kernel == class_named(before, 4, k.ta, k.tb, k.size).kernel);
+  }
+  // The ranks agreed: the same rates (summed over them) and the same table everywhere.
+  char rates[96];
+  std::snprintf(rates, sizeof rates, "%a %a %a %a", class_named(tuned, 4, false, false, "huge").tuned_eigen_gflops,
+                class_named(tuned, 4, false, false, "huge").tuned_blas_gflops,
+                class_named(tuned, 4, false, true, "medium").tuned_eigen_gflops,
+                class_named(tuned, 4, false, true, "medium").tuned_blas_gflops);
+  for (const std::string& text : {host::gemm_kernels_json(), std::string(rates)}) {
+    std::int64_t lo = text_hash(text), hi = lo;
+    w.all_reduce_min(&lo, 1);
+    w.all_reduce_max(&hi, 1);
+    CHECK(lo == hi);
+  }
   const std::string report = host::gemm_kernels_report();
   CHECK(report.find("tuned on 4 steps") != std::string::npos);
   CHECK(report.find("in the steps eigen") != std::string::npos);
@@ -392,30 +412,39 @@ TEST_CASE("tune_gemm_kernels refuses an odd count; a step that throws leaves the
                        doctest::Contains("3 steps; expected an even count"), invalid_argument);
   CHECK_THROWS_AS(host::tune_gemm_kernels(agreement(), 0, [&] { ++steps; }), invalid_argument);
   CHECK(steps == 0);
-  const TunedProduct huge(GemmShape::plain(384, 384, 384));
+  const TunedProduct huge(GemmShape::plain(256, 768, 768));
   const host::GemmChoice before = host::gemm_kernels();
+  const host::GemmKernel own = class_named(before, 4, false, false, "huge").kernel;
+  REQUIRE(huge.run_with(host::GemmKernel::eigen) != huge.run_with(host::GemmKernel::blas));
+  // The step that throws is the first whose forced kernel is not the class's own.
+  const int throwing = own == tuning_order[0] ? 1 : 0;
+  bool forced_seen = false;
   CHECK_THROWS_WITH_AS(host::tune_gemm_kernels(agreement(), 4,
                                                [&] {
-                                                 huge.run();
-                                                 if (++steps == 2) throw std::runtime_error("step 2 failed");
+                                                 if (steps++ == throwing) {
+                                                   forced_seen = huge.run() == huge.run_with(tuning_order[throwing]);
+                                                   throw std::runtime_error("the step failed");
+                                                 }
                                                }),
-                       "step 2 failed", std::runtime_error);
-  CHECK(steps == 2);
+                       "the step failed", std::runtime_error);
+  CHECK(forced_seen);
+  CHECK(steps == throwing + 1);
   const host::GemmChoice after = host::gemm_kernels();
   CHECK(after.tuned_steps == 0);
   for (std::size_t i = 0; i < after.classes.size(); ++i) CHECK(after.classes[i].kernel == before.classes[i].kernel);
-  // No kernel is forced any more: the class's own runs.
-  const host::GemmKernel own = class_named(after, 4, false, false, "huge").kernel;
+  // No kernel is forced any more: the class's own runs, not the one the failed step forced.
   CHECK(huge.run() == huge.run_with(own));
 }
 
 TEST_CASE("tune_gemm_kernels under SHARDEX_GEMM runs the steps through the named kernel and changes nothing") {
   const GemmOverride eigen("eigen");
-  const TunedProduct large(GemmShape::plain(96, 96, 96));
+  const TunedProduct medium(GemmShape::plain(64, 64, 64, false, true));
+  if (host::have_blas())  // then the steps would show the BLAS's, were it forced
+    REQUIRE(medium.run_with(host::GemmKernel::eigen) != medium.run_with(host::GemmKernel::blas));
   int steps = 0, eigen_ran = 0;
   host::tune_gemm_kernels(agreement(), 2, [&] {
     ++steps;
-    eigen_ran += large.run() == large.run_with(host::GemmKernel::eigen) ? 1 : 0;
+    eigen_ran += medium.run() == medium.run_with(host::GemmKernel::eigen) ? 1 : 0;
   });
   CHECK(steps == 2);
   CHECK(eigen_ran == 2);

@@ -135,16 +135,19 @@ void choose_gemm_kernels(const GemmAgreement& agree = {});
 /// Chooses again from a program's own products, as cuDNN's benchmark mode
 /// does: a cube timed with its operands in cache is not a model's product,
 /// whose weights come from memory at every step (GPT-2 small's forward
-/// products ran 100-125 GFLOP/s through OpenBLAS in the step and 125-135
+/// products ran 100-125 GFLOP/s through OpenBLAS in the step and 122-138
 /// through Eigen, where the start-up cubes had them within 5 %:
 /// bench/RESULTS.md, "The GEMM choice in the step").
 ///
 /// Runs `step` `steps` times (an even count), every Host::gemm
 /// of a step through one kernel, Eigen's and the BLAS's in turn (Eigen,
 /// BLAS, BLAS, Eigen, ...: a drift of the machine's speed falls on both),
-/// timing each product; sums each class's time and flops per kernel over the
-/// steps and the ranks; and gives every class whose products both kernels ran
-/// the one with the higher rate. The other classes keep their kernel. Every
+/// timing each product (one with k = 0 is no product: not counted); sums each
+/// class's time and flops per kernel over the steps and the ranks; and gives
+/// every class whose products both kernels ran the one with the higher rate.
+/// The other classes keep their kernel (and the rates an earlier tuning
+/// gave them). Whatever else the steps run (an evaluation every N steps, say)
+/// counts for the kernel of its step: keep the steps alike. Every
 /// rank runs a step's products with the same kernel, so a Replicated result
 /// stays equal on all of them. The steps are real (a training step trains).
 /// Collective when `agree` is: every rank calls it with the same `steps`.
