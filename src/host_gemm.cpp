@@ -444,16 +444,17 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
     std::lock_guard lock(choice_mutex());
     tune.ns.fill(0), tune.flops.fill(0);
   }
-  struct Release {  // the choice again, however the steps end
-    Tuning& t;
-    ~Release() { t.forced.store(-1); }
-  } release{tune};
-  for (int s = 0; s < steps; ++s) {
-    // Eigen, BLAS, BLAS, Eigen, ...: a drift of the machine's speed over the steps falls on both.
-    if (choosing) tune.forced.store((s % 4 == 0 || s % 4 == 3) ? 0 : 1);
-    step();
+  {
+    struct Release {  // the choice again when the steps end, by a throw too
+      Tuning& t;
+      ~Release() { t.forced.store(-1); }
+    } release{tune};
+    for (int s = 0; s < steps; ++s) {
+      // Eigen, BLAS, BLAS, Eigen, ...: a drift of the machine's speed over the steps falls on both.
+      if (choosing) tune.forced.store((s % 4 == 0 || s % 4 == 3) ? 0 : 1);
+      step();
+    }
   }
-  tune.forced.store(-1);
   if (!choosing) return;
   std::vector<std::int64_t> totals;  // per class and kernel: ns, then flops
   {
