@@ -4,7 +4,7 @@
 // to norm 1, AdamW lr 6e-4, betas (0.9, 0.95), weight decay 0.1 on the
 // matrices and embeddings), float32, GPT-2 small's sizes by default.
 //
-//   mpirun -n 2 build/bench/bench_gpt2_step [--batch 4 --seq 64 --steps 5 --warmup 1 --tune-gemm 4]
+//   mpirun -n 2 build/bench/bench_gpt2_step [--batch 4 --seq 64 --steps 5 --warmup 1 --tune-gemm 6]
 //
 // The model is examples/gpt2/model.hpp split evenly (50257 vocabulary rows
 // over 2 ranks: 25129 + 25128, nothing padded), its optimizer and clipping
@@ -13,8 +13,8 @@
 // backward, and clipping with AdamW), tokens/s, the peak resident
 // memory (the largest rank's), the first step's loss, and the floor: the
 // step's matrix-product flops per rank over the GEMM rate measured here, on
-// every rank at once, on the step's MLP product (the faster of Eigen's kernel
-// and the BLAS's), right after each measured step; vs_floor is the median over
+// every rank at once, on the step's MLP product (the fastest of Eigen's kernel,
+// the BLAS's and shardex's), right after each measured step; vs_floor is the median over
 // the steps of each step over the floor of its moment, gemm_floor_ms the floor
 // at the median rates. Where rank 0's step goes, from its counters
 // (core/counters.hpp): products_ms in the matrix products (products_gflops
@@ -57,12 +57,11 @@ double step_flops(const gpt2::Config& c, std::int64_t batch, std::int64_t seq) {
   return 3 * (l * per_layer + 2 * n * d * v);
 }
 
-/// The float shape classes whose products run Eigen's kernel ("NN huge, ..."),
-/// the BLAS's running the others.
-std::string eigen_classes() {
+/// The float shape classes whose products run `kernel` ("NN huge, ...").
+std::string classes_of(host::GemmKernel kernel) {
   std::string out;
   for (const host::GemmClassChoice& k : host::gemm_kernels().classes)
-    if (k.element_bytes == 4 && k.kernel == host::GemmKernel::eigen)
+    if (k.element_bytes == 4 && k.kernel == kernel)
       out += std::string(out.empty() ? "" : ", ") + (k.ta ? "T" : "N") + (k.tb ? "T" : "N") + " " + k.size;
   return out;
 }
@@ -73,7 +72,7 @@ int main(int argc, char** argv) {
   mpi::Environment env(argc, argv);
   auto comm = mpi::Communicator::world();
   gpt2::Config c;
-  std::int64_t batch = 4, seq = 64, steps = 5, warmup = 1, tune_steps = 4, seed = 1;
+  std::int64_t batch = 4, seq = 64, steps = 5, warmup = 1, tune_steps = 6, seed = 1;
   CLI::App app("bench_gpt2_step: one GPT-2 training step with tensor parallelism (bench/gpt2_step_torch.py's work)",
                "bench_gpt2_step");
   command_line::configure(app);
@@ -109,7 +108,7 @@ int main(int argc, char** argv) {
     const auto ids = gpt2::ids_tensor<Host>(comm, b.inputs), targets = gpt2::ids_tensor<Host>(comm, b.targets);
 
     // The GEMM rate, every rank at once, on the MLP's first product (tokens x
-    // width x this rank's columns), the faster of Eigen's kernel and the BLAS's:
+    // width x this rank's columns), the fastest of the kernels (Eigen's, the BLAS's, shardex's):
     // the best of three runs each, taken right after every measured step, so
     // that each step is set against the rate the machine gave at that moment
     // (a shared machine's rate moves by a third within a run).
@@ -135,7 +134,7 @@ int main(int argc, char** argv) {
     double first_loss = 0;
     // The step, and its parts on rank 0: forward, backward, clipping and AdamW;
     // after each measured one, the GEMM rates and the step over its floor.
-    std::vector<double> ms, forward_ms, backward_ms, update_ms, eigen_rates, blas_rates, vs_floor;
+    std::vector<double> ms, forward_ms, backward_ms, update_ms, eigen_rates, blas_rates, own_rates, vs_floor;
     std::vector<double> products_ms, products_gflops, comm_ms, rest_ms;
     const auto since = [](auto t) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() * 1e3;
@@ -164,7 +163,8 @@ int main(int argc, char** argv) {
         rest_ms.push_back(t - (spent.gemm_seconds + spent.backend_seconds) * 1e3);
         eigen_rates.push_back(rate(host::GemmKernel::eigen));
         blas_rates.push_back(host::have_blas() ? rate(host::GemmKernel::blas) : 0.0);
-        const double gflops = std::max(eigen_rates.back(), blas_rates.back());
+        own_rates.push_back(host::kernel_available(host::GemmKernel::own, 4) ? rate(host::GemmKernel::own) : 0.0);
+        const double gflops = std::max({eigen_rates.back(), blas_rates.back(), own_rates.back()});
         vs_floor.push_back(step / (flops_per_rank / (gflops * 1e9) * 1e3));
       }
       ++done;
@@ -179,8 +179,8 @@ int main(int argc, char** argv) {
     }
     for (std::int64_t i = 0; i < steps; ++i) one_step(true);
     const double step_ms = median(ms);
-    const double eigen = median(eigen_rates), blas = median(blas_rates);
-    const double gflops = std::max(eigen, blas);
+    const double eigen = median(eigen_rates), blas = median(blas_rates), own = median(own_rates);
+    const double gflops = std::max({eigen, blas, own});
     const double floor_ms = flops_per_rank / (gflops * 1e9) * 1e3;
 
     const std::string core = host::blas_core();  // the core's name, without the note
@@ -197,12 +197,13 @@ int main(int argc, char** argv) {
                 << ",\"forward_ms\":" << median(forward_ms) << ",\"backward_ms\":" << median(backward_ms)
                 << ",\"clip_adamw_ms\":" << median(update_ms) << ",\"step_gflop\":" << step_flops(c, batch, seq) / 1e9
                 << ",\"gemm_gflops_per_rank\":" << gflops << ",\"gemm_gflops_eigen\":" << eigen
-                << ",\"gemm_gflops_blas\":" << blas << ",\"gemm_tuned_steps\":" << host::gemm_kernels().tuned_steps
-                << ",\"gemm_eigen_classes\":\"" << eigen_classes() << "\",\"blas_core\":\""
-                << core.substr(0, core.find(' ')) << "\",\"gemm_floor_ms\":" << floor_ms
-                << ",\"vs_floor\":" << median(vs_floor) << ",\"products_ms\":" << median(products_ms)
-                << ",\"products_gflops\":" << median(products_gflops) << ",\"comm_ms\":" << median(comm_ms)
-                << ",\"rest_ms\":" << median(rest_ms) << "}" << std::endl;
+                << ",\"gemm_gflops_blas\":" << blas << ",\"gemm_gflops_shardex\":" << own
+                << ",\"gemm_tuned_steps\":" << host::gemm_kernels().tuned_steps << ",\"gemm_eigen_classes\":\""
+                << classes_of(host::GemmKernel::eigen) << "\",\"gemm_shardex_classes\":\""
+                << classes_of(host::GemmKernel::own) << "\",\"blas_core\":\"" << core.substr(0, core.find(' '))
+                << "\",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << median(vs_floor)
+                << ",\"products_ms\":" << median(products_ms) << ",\"products_gflops\":" << median(products_gflops)
+                << ",\"comm_ms\":" << median(comm_ms) << ",\"rest_ms\":" << median(rest_ms) << "}" << std::endl;
     return 0;
   });
 }

@@ -13,8 +13,8 @@
 // time, the part of it spent in backend calls (communication, from
 // shardex::counters) and the rest (compute), and the GEMM floor: the step's
 // flops per rank over the GEMM rate measured here, in the same run, on every
-// rank at once with the step's own shapes: Eigen's, the BLAS's and the kernel
-// the start-up choice runs (device/host/gemm_kernels.hpp), the floor the faster. And the timeline trace's cost
+// rank at once with the step's own shapes: Eigen's, the BLAS's, shardex's and
+// the kernel the start-up choice runs (device/host/gemm_kernels.hpp), the floor the fastest. And the timeline trace's cost
 // (core/trace.hpp): the measured steps alternate between tracing off and on,
 // so both medians come from the same run; off, the cost is the spans a step
 // makes times what a span costs with tracing off (timed here too).
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
 
     // The GEMM rate of this machine, all ranks at once, on the step's first
     // product: with each kernel (device/host/gemm_kernels.hpp), and with the one
-    // the start-up choice runs for it. The floor takes the faster kernel.
+    // the start-up choice runs for it. The floor takes the fastest kernel.
     const std::int64_t f_me = lens[static_cast<std::size_t>(comm.rank())];
     const GemmShape first = GemmShape::plain(T, H, f_me);
     auto gemm_rate = [&](auto&& run) {
@@ -93,8 +93,9 @@ int main(int argc, char** argv) {
     };
     const double eigen_gflops = with(host::GemmKernel::eigen);
     const double blas_gflops = host::have_blas() ? with(host::GemmKernel::blas) : 0.0;
+    const double own_gflops = host::kernel_available(host::GemmKernel::own, 4) ? with(host::GemmKernel::own) : 0.0;
     const double chosen_gflops = gemm_rate([&](T32* out) { Host::gemm(first, 1.f, X.data(), A.data(), 0.f, out); });
-    const double gflops_per_s = std::max(eigen_gflops, blas_gflops);  // per rank
+    const double gflops_per_s = std::max({eigen_gflops, blas_gflops, own_gflops});  // per rank
     const double flops_per_rank = 12.0 * double(T) * double(H) * double(f_me);
     const double floor_ms = flops_per_rank / (gflops_per_s * 1e9) * 1e3;
 
@@ -152,11 +153,11 @@ int main(int argc, char** argv) {
                 << ",\"compute_ms\":" << (cm >= 0 ? step - cm : -1) << ",\"steps\":" << steps
                 << ",\"gflop\":" << 12.0 * double(T) * double(H) * double(F) / 1e9
                 << ",\"gemm_gflops_per_rank\":" << gflops_per_s << ",\"gemm_gflops_eigen\":" << eigen_gflops
-                << ",\"gemm_gflops_blas\":" << blas_gflops << ",\"gemm_gflops_chosen\":" << chosen_gflops
-                << ",\"gemm_kernel\":\"" << Host::gemm_kernel<T32>(first) << "\",\"gemm_floor_ms\":" << floor_ms
-                << ",\"vs_floor\":" << step / floor_ms << ",\"traced_step_ms\":" << median(traced_ms)
-                << ",\"trace_on_ratio\":" << median(traced_ms) / step << ",\"spans_per_step\":" << spans_per_step
-                << ",\"span_off_ns\":" << span_off_ns
+                << ",\"gemm_gflops_blas\":" << blas_gflops << ",\"gemm_gflops_shardex\":" << own_gflops
+                << ",\"gemm_gflops_chosen\":" << chosen_gflops << ",\"gemm_kernel\":\"" << Host::gemm_kernel<T32>(first)
+                << "\",\"gemm_floor_ms\":" << floor_ms << ",\"vs_floor\":" << step / floor_ms
+                << ",\"traced_step_ms\":" << median(traced_ms) << ",\"trace_on_ratio\":" << median(traced_ms) / step
+                << ",\"spans_per_step\":" << spans_per_step << ",\"span_off_ns\":" << span_off_ns
                 << ",\"trace_off_fraction\":" << spans_per_step * span_off_ns * 1e-6 / step << "}" << std::endl;
     }
     return 0;

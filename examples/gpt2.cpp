@@ -551,8 +551,8 @@ int main(int argc, char** argv) {
                  "write config.json and model.safetensors (with the training state) to this directory");
   app.add_option("--save-every", f.save_every, "also save every N steps (0: at the end only)")->transform(integer(0));
   app.add_option("--tune-gemm", f.tune_gemm,
-                 "time the host's GEMM kernels on N training steps after the first and keep the faster per shape "
-                 "class (an even N; 0: the start-up choice)")
+                 "time the host's GEMM kernels on N training steps after the first and keep the fastest per "
+                 "shape class (an even N, 6 for two steps of each of three kernels; 0: the start-up choice)")
       ->transform(integer(0, 1 << 20));
   app.add_option("--resume", f.resume, "continue a run from a directory --save wrote (any world size and speeds)");
   app.add_option("--generate", f.prompt, "generate a continuation of this prompt after training");

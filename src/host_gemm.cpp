@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Host::gemm and the choice of its kernel per shape class
 // (include/shardex/device/host/gemm_kernels.hpp): Eigen's product, the BLAS's
-// (SHARDEX_WITH_BLAS), a short timing of both per class, and the table.
+// (SHARDEX_WITH_BLAS), shardex's own (src/host_own_gemm.cpp: float, AVX-512F),
+// a short timing of each per class, and the table.
 #include "shardex/device/host/gemm_kernels.hpp"
 
 #include <algorithm>
@@ -27,6 +28,8 @@
 #include "shardex/core/error.hpp"
 #include "shardex/device/host/eigen.hpp"
 #include "shardex/device/host/host.hpp"
+
+#include "host_own_gemm.hpp"
 
 #if SHARDEX_WITH_BLAS
 #include <cblas.h>
@@ -158,6 +161,12 @@ void blas_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c
 
 template <class T>
 void run_kernel(host::GemmKernel k, const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (k == host::GemmKernel::own && host::detail::own_gemm_available()) {
+      host::detail::own_gemm(g, alpha, a, b, beta, c);
+      return;
+    }
+  }
 #if SHARDEX_WITH_BLAS
   // A BLAS takes 32-bit sizes: a larger product stays on Eigen.
   constexpr std::int64_t int_max = 2147483647;
@@ -178,6 +187,8 @@ void run_kernel(host::GemmKernel k, const GemmShape& g, T alpha, const T* a, con
 // before (bench/RESULTS.md, "The GEMM classes").
 constexpr int n_types = 2, n_trans = 4, n_sizes = 4;
 constexpr int n_classes = n_types * n_trans * n_sizes;
+constexpr int n_kernels = 3;  // eigen, blas, own: the values of host::GemmKernel
+constexpr std::size_t n_times = static_cast<std::size_t>(n_kernels * n_classes);
 constexpr std::array<std::int64_t, n_sizes> cube = {32, 96, 192, 384};
 constexpr std::array<int, n_sizes> repeats = {16, 4, 2, 2};
 constexpr std::array<const char*, n_sizes> size_names = {"small", "medium", "large", "huge"};
@@ -195,16 +206,29 @@ int size_class(const GemmShape& g) {
 int class_of(int type, bool ta, bool tb, int size) {
   return (type * n_trans + (ta ? 2 : 0) + (tb ? 1 : 0)) * n_sizes + size;
 }
+int type_of_class(int cls) { return cls / (n_trans * n_sizes); }
+// Where a class's time (or rate) of kernel k is kept: n_kernels per class.
+std::size_t at(int cls, int k) { return static_cast<std::size_t>(n_kernels * cls + k); }
+// Whether kernel k competes for class cls (is timed, tuned, chosen): one that
+// runs the class's element type, shardex's for the NN classes only. It runs
+// any transposition (gemm_with), but in GPT-2 small's step its NT and TN
+// products, chosen from the tuning steps' rates, made the backward 5-8 %
+// slower than OpenBLAS's (bench/RESULTS.md, "shardex's own kernel").
+bool candidate(int k, int cls) {
+  const auto kernel = static_cast<host::GemmKernel>(k);
+  const bool nn = (cls / n_sizes) % n_trans == 0;
+  return host::kernel_available(kernel, type_of_class(cls) == 0 ? 4 : 8) && (kernel != host::GemmKernel::own || nn);
+}
 
 struct Choice {
   bool made = false;
   bool measured = false;  // false: SHARDEX_GEMM named the kernel
   std::array<host::GemmKernel, n_classes> kernel{};
-  std::array<std::int64_t, 2 * n_classes> ns{};      // per class: Eigen's time, the BLAS's (summed over the ranks)
-  std::int64_t ranks = 1;                            // the ranks whose times ns sums
-  bool from_cache = false;                           // the times came from the cache file
-  int tuned_steps = 0;                               // tune_gemm_kernels' steps (0: not tuned)
-  std::array<double, 2 * n_classes> tuned_gflops{};  // per class: Eigen's rate, the BLAS's, in the steps (per rank)
+  std::array<std::int64_t, n_times> ns{};      // per class and kernel (at()): the time, summed over the ranks; 0: none
+  std::int64_t ranks = 1;                      // the ranks whose times ns sums
+  bool from_cache = false;                     // the times came from the cache file
+  int tuned_steps = 0;                         // tune_gemm_kernels' steps (0: not tuned)
+  std::array<double, n_times> tuned_gflops{};  // per class and kernel: the rate in the steps, per rank (0: none)
 };
 
 // tune_gemm_kernels' state: the kernel every Host::gemm runs for the moment
@@ -212,7 +236,7 @@ struct Choice {
 // (integers: summed over the ranks exactly).
 struct Tuning {
   std::atomic<int> forced{-1};
-  std::array<std::int64_t, 2 * n_classes> ns{}, flops{};
+  std::array<std::int64_t, n_times> ns{}, flops{};
 };
 Tuning& tuning() {
   static Tuning t;
@@ -259,7 +283,14 @@ int requested_kernel() {
                              "found); use eigen or auto");
     return static_cast<int>(host::GemmKernel::blas);
   }
-  throw invalid_argument(std::string("SHARDEX_GEMM=") + v + ": expected eigen, blas or auto");
+  if (std::string_view(v) == host::kernel_name(host::GemmKernel::own)) {
+    if (!host::detail::own_gemm_available())
+      throw invalid_argument(std::string("SHARDEX_GEMM=") + v +
+                             ": shardex's own kernel needs a CPU with AVX-512F, which this one has not; use eigen, "
+                             "blas or auto");
+    return static_cast<int>(host::GemmKernel::own);
+  }
+  throw invalid_argument(std::string("SHARDEX_GEMM=") + v + ": expected eigen, blas, shardex or auto");
 }
 
 // The cache of a measurement (SHARDEX_GEMM_CACHE, else
@@ -288,12 +319,14 @@ std::string cache_key() {
   correct_blas_core();
   blas += std::string(" ") + openblas_get_corename();  // times of other kernels are not these
 #endif
-  return blas + " vs eigen; " + classes + std::to_string(n_classes) + " classes; " + std::to_string(host::threads()) +
-         " thread(s);" + cpu;
+  const std::string own = host::detail::own_gemm_available() ? " vs shardex" : "";
+  return blas + " vs eigen" + own + "; " + classes + std::to_string(n_classes) + " classes; " +
+         std::to_string(host::threads()) + " thread(s);" + cpu;
 }
 
-// ns (2 per class) and the ranks they sum over, or false.
-bool read_cache(const std::string& path, std::array<std::int64_t, 2 * n_classes>& ns, std::int64_t& ranks) {
+// ns (n_kernels per class: 0 exactly where a kernel does not run the class) and
+// the ranks they sum over, or false.
+bool read_cache(const std::string& path, std::array<std::int64_t, n_times>& ns, std::int64_t& ranks) {
   if (path.empty()) return false;
   std::ifstream in(path);
   if (!in) return false;
@@ -302,10 +335,11 @@ bool read_cache(const std::string& path, std::array<std::int64_t, 2 * n_classes>
     if (doc.at("key").get<std::string>() != cache_key()) return false;
     const auto& t = doc.at("ns");
     if (!t.is_array() || t.size() != ns.size()) return false;
-    for (std::size_t i = 0; i < ns.size(); ++i) {
-      ns[i] = t[i].get<std::int64_t>();
-      if (ns[i] <= 0) return false;
-    }
+    for (int cls = 0; cls < n_classes; ++cls)
+      for (int k = 0; k < n_kernels; ++k) {
+        ns[at(cls, k)] = t[at(cls, k)].get<std::int64_t>();
+        if (candidate(k, cls) ? ns[at(cls, k)] <= 0 : ns[at(cls, k)] != 0) return false;
+      }
     ranks = doc.at("ranks").get<std::int64_t>();
     return ranks >= 1;
   } catch (const std::exception&) {  // not JSON, a member missing or of another type
@@ -314,7 +348,7 @@ bool read_cache(const std::string& path, std::array<std::int64_t, 2 * n_classes>
 }
 
 // Written to a temporary file and renamed: a reader sees the old file or the new one.
-void write_cache(const std::string& path, const std::array<std::int64_t, 2 * n_classes>& ns, std::int64_t ranks) {
+void write_cache(const std::string& path, const std::array<std::int64_t, n_times>& ns, std::int64_t ranks) {
   if (path.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -336,41 +370,56 @@ void measure(Choice& c) {
     for (int t = 0; t < n_trans; ++t)
       for (int s = 0; s < n_sizes; ++s) {
         const int cls = class_of(type, t >= 2, t % 2 == 1, s);
-        for (int k = 0; k < 2; ++k) {
+        for (int k = 0; k < n_kernels; ++k) {
           const auto kernel = static_cast<host::GemmKernel>(k);
-          c.ns[2 * cls + k] = type == 0 ? time_kernel<float>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s])
-                                        : time_kernel<double>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s]);
+          if (!candidate(k, cls)) continue;  // its time stays 0
+          c.ns[at(cls, k)] = type == 0 ? time_kernel<float>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s])
+                                       : time_kernel<double>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s]);
         }
       }
 }
 
-// The kernel of a class from its two times: Eigen's only when it is more than
-// 5 % faster. A class's cube is timed with its operands in cache, where the two
+// The kernel of a class from its times: the fastest, but the BLAS's unless
+// another is more than 5 % faster than it. A class's cube is timed with its operands in cache, where the two
 // come within a few percent of each other on large products (and trade places
 // between runs); in a model's step, its weights read cold, OpenBLAS's kernel
 // was the faster: GPT-2 small's step 8-20 % faster with it for every product
 // than with Eigen's where a cube had Eigen ahead by 0.5-6 % (bench/RESULTS.md,
 // "The GEMM classes").
-host::GemmKernel faster(std::int64_t eigen_ns, std::int64_t blas_ns) {
-  return static_cast<double>(blas_ns) < 1.05 * static_cast<double>(eigen_ns) ? host::GemmKernel::blas
-                                                                             : host::GemmKernel::eigen;
+host::GemmKernel faster(const std::array<std::int64_t, n_times>& ns, int cls) {
+  int best = -1;
+  for (int k = 0; k < n_kernels; ++k)
+    if (ns[at(cls, k)] > 0 && (best < 0 || ns[at(cls, k)] < ns[at(cls, best)])) best = k;
+  const int blas = static_cast<int>(host::GemmKernel::blas);
+  if (best < 0) return host::GemmKernel::eigen;
+  if (best != blas && ns[at(cls, blas)] > 0 &&
+      static_cast<double>(ns[at(cls, blas)]) < 1.05 * static_cast<double>(ns[at(cls, best)]))
+    best = blas;
+  return static_cast<host::GemmKernel>(best);
 }
+
+// Whether there is a choice to measure: another kernel than Eigen's.
+bool kernels_to_choose_from() { return host::have_blas() || host::detail::own_gemm_available(); }
 
 void choose_locked(const host::GemmAgreement& agree) {
   Choice c;
   c.made = true;
   const int requested = requested_kernel();
-  if (requested >= 0 || !host::have_blas()) {
-    c.kernel.fill(static_cast<host::GemmKernel>(std::max(requested, 0)));
+  if (requested >= 0 || !kernels_to_choose_from()) {
+    // The named kernel where it runs the class (shardex's: float only), Eigen's elsewhere.
+    const auto named = static_cast<host::GemmKernel>(std::max(requested, 0));
+    for (int cls = 0; cls < n_classes; ++cls)
+      c.kernel[static_cast<std::size_t>(cls)] =
+          host::kernel_available(named, type_of_class(cls) == 0 ? 4 : 8) ? named : host::GemmKernel::eigen;
     choice() = c;
     return;
   }
   c.measured = true;
   // Rank 0 says whether its cache holds the times, and which: every rank takes rank 0's.
   const std::string path = agree.rank == 0 ? cache_path() : std::string();
-  std::vector<std::int64_t> cached(2 * n_classes + 2, 0);  // found, ranks, ns...
+  std::vector<std::int64_t> cached(n_times + 2, 0);  // found, ranks, ns...
   if (agree.rank == 0) {
-    std::array<std::int64_t, 2 * n_classes> ns{};
+    std::array<std::int64_t, n_times> ns{};
     std::int64_t ranks = 1;
     if (read_cache(path, ns, ranks)) {
       cached[0] = 1;
@@ -394,7 +443,7 @@ void choose_locked(const host::GemmAgreement& agree) {
     }
     if (agree.rank == 0) write_cache(path, c.ns, c.ranks);
   }
-  for (int cls = 0; cls < n_classes; ++cls) c.kernel[cls] = faster(c.ns[2 * cls], c.ns[2 * cls + 1]);
+  for (int cls = 0; cls < n_classes; ++cls) c.kernel[static_cast<std::size_t>(cls)] = faster(c.ns, cls);
   choice() = c;
 }
 
@@ -412,9 +461,34 @@ double gflops(std::int64_t s, std::int64_t ns) {
 
 namespace host {
 
-const char* kernel_name(GemmKernel k) noexcept { return k == GemmKernel::blas ? "openblas" : "eigen"; }
+const char* kernel_name(GemmKernel k) noexcept {
+  return k == GemmKernel::blas ? "openblas" : k == GemmKernel::own ? "shardex" : "eigen";
+}
 
 bool have_blas() noexcept { return SHARDEX_WITH_BLAS != 0; }
+
+bool kernel_available(GemmKernel k, int element_bytes) noexcept {
+  switch (k) {
+    case GemmKernel::eigen:
+      return true;
+    case GemmKernel::blas:
+      return have_blas();
+    case GemmKernel::own:
+      return element_bytes == 4 && detail::own_gemm_available();
+  }
+  return false;
+}
+
+GemmKernel tuning_kernel(int step) noexcept {
+  // Eigen, the BLAS, shardex's, then back (a drift of the machine's speed falls on every kernel alike).
+  std::array<GemmKernel, n_kernels> turn{};
+  int n = 0;
+  for (int k = 0; k < n_kernels; ++k)
+    if (kernel_available(static_cast<GemmKernel>(k), 4))
+      turn[static_cast<std::size_t>(n++)] = static_cast<GemmKernel>(k);
+  const int i = std::max(step, 0) % (2 * n);
+  return turn[static_cast<std::size_t>(i < n ? i : 2 * n - 1 - i)];
+}
 
 std::string blas_core() {
 #if SHARDEX_WITH_BLAS
@@ -437,8 +511,8 @@ void choose_gemm_kernels(const GemmAgreement& agree) {
 void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::function<void()>& step) {
   if (steps < 2 || steps % 2 != 0)
     throw invalid_argument("tune_gemm_kernels: " + std::to_string(steps) +
-                           " steps; expected an even count of at least 2 (each kernel runs half of them)");
-  const bool choosing = current().measured;  // false: SHARDEX_GEMM's kernel, or no BLAS
+                           " steps; expected an even count of at least 2 (the kernels run in turn, there and back)");
+  const bool choosing = current().measured;  // false: SHARDEX_GEMM's kernel, or Eigen's alone
   Tuning& tune = tuning();
   {
     std::lock_guard lock(choice_mutex());
@@ -450,8 +524,7 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
       ~Release() { t.forced.store(-1); }
     } release{tune};
     for (int s = 0; s < steps; ++s) {
-      // Eigen, BLAS, BLAS, Eigen, ...: a drift of the machine's speed over the steps falls on both.
-      if (choosing) tune.forced.store((s % 4 == 0 || s % 4 == 3) ? 0 : 1);
+      if (choosing) tune.forced.store(static_cast<int>(tuning_kernel(s)));
       step();
     }
   }
@@ -463,19 +536,26 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
     totals.insert(totals.end(), tune.flops.begin(), tune.flops.end());
   }
   if (agree.sum) agree.sum(totals);
-  constexpr std::size_t n = 2 * n_classes;
+  constexpr std::size_t n = n_times;
   std::lock_guard lock(choice_mutex());
   Choice& c = choice();
   if (!c.measured) return;  // a step chose again under SHARDEX_GEMM: that choice stands
   c.tuned_steps = steps;
-  for (std::size_t cls = 0; cls < n_classes; ++cls) {
-    const std::size_t e = 2 * cls, b = 2 * cls + 1;
-    // A kernel that ran none of the class's work: the class keeps its kernel (and an earlier tuning's rates).
-    if (totals[e] <= 0 || totals[b] <= 0 || totals[n + e] <= 0 || totals[n + b] <= 0) continue;
-    // A rank's rate: flops over ns, both summed over the ranks (the same on every rank).
-    c.tuned_gflops[e] = static_cast<double>(totals[n + e]) / static_cast<double>(totals[e]);
-    c.tuned_gflops[b] = static_cast<double>(totals[n + b]) / static_cast<double>(totals[b]);
-    c.kernel[cls] = c.tuned_gflops[e] > c.tuned_gflops[b] ? GemmKernel::eigen : GemmKernel::blas;
+  for (int cls = 0; cls < n_classes; ++cls) {
+    // The kernels that ran some of the class's work; with fewer than two the class keeps its kernel
+    // (and an earlier tuning's rates).
+    int ran = 0;
+    for (int k = 0; k < n_kernels; ++k) ran += totals[at(cls, k)] > 0 && totals[n + at(cls, k)] > 0 ? 1 : 0;
+    if (ran < 2) continue;
+    int best = -1;
+    for (int k = 0; k < n_kernels; ++k) {
+      const std::size_t i = at(cls, k);
+      const bool timed = totals[i] > 0 && totals[n + i] > 0;
+      // A rank's rate: flops over ns, both summed over the ranks (the same on every rank).
+      c.tuned_gflops[i] = timed ? static_cast<double>(totals[n + i]) / static_cast<double>(totals[i]) : 0.0;
+      if (timed && (best < 0 || c.tuned_gflops[i] > c.tuned_gflops[at(cls, best)])) best = k;
+    }
+    c.kernel[static_cast<std::size_t>(cls)] = static_cast<GemmKernel>(best);
   }
 }
 
@@ -506,10 +586,16 @@ GemmChoice gemm_kernels() {
         k.cube = cube[s];
         k.kernel = c.kernel[cls];
         if (c.measured) {
-          k.eigen_gflops = gflops(cube[s], c.ns[2 * cls]) * static_cast<double>(c.ranks);
-          k.blas_gflops = gflops(cube[s], c.ns[2 * cls + 1]) * static_cast<double>(c.ranks);
-          k.tuned_eigen_gflops = c.tuned_gflops[2 * cls];
-          k.tuned_blas_gflops = c.tuned_gflops[2 * cls + 1];
+          const auto rate = [&](GemmKernel kernel) {
+            const std::int64_t ns = c.ns[at(cls, static_cast<int>(kernel))];
+            return ns > 0 ? gflops(cube[s], ns) * static_cast<double>(c.ranks) : 0.0;
+          };
+          k.eigen_gflops = rate(GemmKernel::eigen);
+          k.blas_gflops = rate(GemmKernel::blas);
+          k.own_gflops = rate(GemmKernel::own);
+          k.tuned_eigen_gflops = c.tuned_gflops[at(cls, static_cast<int>(GemmKernel::eigen))];
+          k.tuned_blas_gflops = c.tuned_gflops[at(cls, static_cast<int>(GemmKernel::blas))];
+          k.tuned_own_gflops = c.tuned_gflops[at(cls, static_cast<int>(GemmKernel::own))];
         }
         out.classes.push_back(k);
       }
@@ -533,17 +619,26 @@ std::string gemm_kernels_report() {
   std::string out =
       std::string("gemm kernels (") + (c.from_cache ? "measured before, from the cache" : "measured at start-up") +
       (c.tuned_steps > 0 ? ", tuned on " + std::to_string(c.tuned_steps) + " steps of the program" : std::string()) +
-      "; SHARDEX_GEMM=eigen|blas|auto overrides), " + kernel_name(GemmKernel::blas) + " core " + blas_core() + ":\n";
+      "; SHARDEX_GEMM=eigen|blas|shardex|auto overrides), " + kernel_name(GemmKernel::blas) + " core " + blas_core() +
+      ":\n";
   char line[240];
   for (const GemmClassChoice& k : c.classes) {
     std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s, %s %6.1f GFLOP/s",
                   class_label(k).c_str(), static_cast<long long>(k.cube), kernel_name(k.kernel), k.eigen_gflops,
                   kernel_name(GemmKernel::blas), k.blas_gflops);
     out += line;
-    if (k.tuned_eigen_gflops > 0) {
+    if (k.own_gflops > 0) {
+      std::snprintf(line, sizeof line, ", shardex %6.1f GFLOP/s", k.own_gflops);
+      out += line;
+    }
+    if (k.tuned_eigen_gflops > 0 || k.tuned_blas_gflops > 0 || k.tuned_own_gflops > 0) {
       std::snprintf(line, sizeof line, "; in the steps eigen %6.1f, %s %6.1f", k.tuned_eigen_gflops,
                     kernel_name(GemmKernel::blas), k.tuned_blas_gflops);
       out += line;
+      if (k.tuned_own_gflops > 0) {
+        std::snprintf(line, sizeof line, ", shardex %6.1f", k.tuned_own_gflops);
+        out += line;
+      }
     }
     out += "\n";
   }
@@ -567,17 +662,20 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   const detail::GemmTimer timed(product_flops(g));
   Tuning& tune = tuning();
   const int forced = tune.forced.load(std::memory_order_relaxed);
-  if (forced < 0 || g.k == 0) {  // k 0: C = beta C, no product to time (it would count as 0 flops)
+  // k 0: C = beta C, no product to time (it would count as 0 flops); a kernel that does not compete
+  // for the class (shardex's for double, or for NT): the class's choice, untimed.
+  const int cls = class_of(sizeof(T) == 8 ? 1 : 0, g.ta, g.tb, size_class(g));
+  if (forced < 0 || g.k == 0 || !candidate(forced, cls)) {
     run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
   run_kernel(static_cast<host::GemmKernel>(forced), g, alpha, a, b, beta, c);
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  const int at = 2 * class_of(sizeof(T) == 8 ? 1 : 0, g.ta, g.tb, size_class(g)) + forced;
+  const std::size_t i = at(cls, forced);
   std::lock_guard lock(choice_mutex());
-  tune.ns[static_cast<std::size_t>(at)] += static_cast<std::int64_t>(ns);
-  tune.flops[static_cast<std::size_t>(at)] += std::llround(product_flops(g));
+  tune.ns[i] += static_cast<std::int64_t>(ns);
+  tune.flops[i] += std::llround(product_flops(g));
 }
 
 template <class T>

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
-// Host::gemm through either kernel (Eigen's, the BLAS's) against a plain
-// triple loop, for every transposition, strides, batches, alpha and beta and
-// zero sizes; the choice per shape class (device/host/gemm_kernels.hpp): the
+// Host::gemm through each kernel (Eigen's, the BLAS's, shardex's) against a
+// plain triple loop, for every transposition, strides, batches, alpha and beta
+// and zero sizes; the choice per shape class (device/host/gemm_kernels.hpp): the
 // faster kernel of each class, the same on every rank, SHARDEX_GEMM honoured
 // and refused when it names no kernel; the cache of the timing. (test_explain
 // checks that explain names each matmul's kernel.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -88,11 +89,13 @@ void reference_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta,
     }
 }
 
+using Sizes = std::vector<std::array<std::int64_t, 3>>;  // m, k, n
+
 // Every case of one kernel: returns the largest relative difference from the reference.
 template <class T>
-double worst_difference() {
+double worst_difference(const Sizes& sizes = {
+                            {3, 4, 5}, {0, 4, 5}, {3, 0, 5}, {3, 4, 0}, {1, 1, 1}, {17, 9, 33}, {64, 70, 50}}) {
   double worst = 0;
-  const std::int64_t sizes[][3] = {{3, 4, 5}, {0, 4, 5}, {3, 0, 5}, {3, 4, 0}, {1, 1, 1}, {17, 9, 33}, {64, 70, 50}};
   for (const auto& s : sizes)
     for (int t = 0; t < 4; ++t)
       for (const T beta : {T(0), T(1), T(0.5)})
@@ -142,6 +145,19 @@ TEST_CASE("Host::gemm through the BLAS equals the definition (transpositions, st
   CHECK(worst_difference<float>() < 1e-5);
 }
 
+// shardex's kernel (src/host_own_gemm.cpp) also on products of more than one
+// k block (768) and one block of packed rows (336 at k 768), whose tiles end
+// inside rows and columns; double under SHARDEX_GEMM=shardex runs Eigen's.
+TEST_CASE("Host::gemm through shardex's kernel equals the definition (transpositions, strides, batches, blocks)" *
+          doctest::skip(!host::kernel_available(host::GemmKernel::own, 4))) {
+  const GemmOverride own("shardex");
+  CHECK(host::gemm_kernel(GemmShape::plain(64, 64, 64), 4) == host::GemmKernel::own);
+  CHECK(host::gemm_kernel(GemmShape::plain(64, 64, 64), 8) == host::GemmKernel::eigen);
+  CHECK(worst_difference<float>() < 1e-5);
+  CHECK(worst_difference<float>({{344, 800, 50}, {9, 1600, 97}}) < 1e-5);
+  CHECK(worst_difference<double>() < 1e-13);
+}
+
 TEST_CASE(
     "the counters credit each host product with its 2 m n k flops per batch entry and its time; an empty one "
     "with nothing") {
@@ -169,11 +185,13 @@ TEST_CASE(
 
 // Skipped under the sanitizers: its measurement times Eigen's kernel at -O0
 // there, the huge class's 384^3 cube alone for seconds; the main suite runs it.
-TEST_CASE("each shape class runs the kernel measured faster (Eigen's by more than 5 %), the same on every rank" *
-          doctest::skip(test::sanitized)) {
+TEST_CASE(
+    "each shape class runs the kernel measured faster (another than the BLAS's by more than 5 %), the same "
+    "on every rank" *
+    doctest::skip(test::sanitized)) {
   const GemmOverride automatic("auto");
   const host::GemmChoice c = host::gemm_kernels();
-  CHECK(c.measured == host::have_blas());
+  CHECK(c.measured == (host::have_blas() || host::kernel_available(host::GemmKernel::own, 4)));
   REQUIRE(c.classes.size() == 32);  // 2 element types x 4 transpositions x 4 sizes
   for (const auto& k : c.classes) {
     CAPTURE(k.element_bytes);
@@ -182,9 +200,17 @@ TEST_CASE("each shape class runs the kernel measured faster (Eigen's by more tha
     CAPTURE(std::string(k.size));
     if (c.measured) {
       CHECK(k.eigen_gflops > 0);
-      CHECK(k.blas_gflops > 0);
-      // Eigen's kernel only when more than 5 % faster (src/host_gemm.cpp: the BLAS reads cold operands better).
-      CHECK(k.kernel == (k.eigen_gflops >= 1.05 * k.blas_gflops ? host::GemmKernel::eigen : host::GemmKernel::blas));
+      CHECK((k.blas_gflops > 0) == host::have_blas());
+      // shardex's competes for the NN classes (src/host_gemm.cpp: in the step its NT and TN products lost).
+      CHECK((k.own_gflops > 0) == (host::kernel_available(host::GemmKernel::own, k.element_bytes) && !k.ta && !k.tb));
+      // The fastest, but the BLAS's unless another is more than 5 % faster (src/host_gemm.cpp: the BLAS
+      // reads cold operands better than Eigen's kernel).
+      host::GemmKernel fastest = host::GemmKernel::eigen;
+      double best = k.eigen_gflops;
+      if (k.blas_gflops > best) fastest = host::GemmKernel::blas, best = k.blas_gflops;
+      if (k.own_gflops > best) fastest = host::GemmKernel::own, best = k.own_gflops;
+      if (k.blas_gflops > 0 && best <= 1.05 * k.blas_gflops) fastest = host::GemmKernel::blas;
+      CHECK(k.kernel == fastest);
     } else {
       CHECK(k.kernel == host::GemmKernel::eigen);
     }
@@ -239,7 +265,7 @@ TEST_CASE("SHARDEX_GEMM that names no kernel is refused, naming the variable and
   } catch (const invalid_argument& e) {
     message = e.what();
   }
-  CHECK(message == "SHARDEX_GEMM=fastest: expected eigen, blas or auto");
+  CHECK(message == "SHARDEX_GEMM=fastest: expected eigen, blas, shardex or auto");
   if (!host::have_blas()) {
     setenv("SHARDEX_GEMM", "blas", 1);
     CHECK_THROWS_WITH_AS(host::choose_gemm_kernels(), doctest::Contains("has no BLAS"), invalid_argument);
@@ -304,9 +330,10 @@ TEST_CASE("the measurement is cached: rank 0 reads it, every rank takes it; a da
 }
 
 // tune_gemm_kernels (device/host/gemm_kernels.hpp): the steps' products run
-// through Eigen, the BLAS, the BLAS, Eigen (each bit for bit the forced
-// kernel's, on shapes where the two kernels' results differ), the classes the
-// steps ran take the kernel of the higher rate over them, with the same rates
+// through the kernels in turn (host::tuning_kernel: Eigen, the BLAS,
+// shardex's where the CPU runs it, and back; each bit for bit the forced
+// kernel's, on shapes where the kernels' results differ), the classes the
+// steps ran take the kernel of the highest rate over them, with the same rates
 // on every rank (summed over them), the rest keep theirs; a rank whose
 // product has no rows runs none, and a product with k = 0 is not counted.
 // Skipped without a BLAS (nothing to tune) and under the sanitizers (Eigen's
@@ -337,39 +364,73 @@ const host::GemmClassChoice& class_named(const host::GemmChoice& c, int bytes, b
     if (k.element_bytes == bytes && k.ta == ta && k.tb == tb && std::string_view(k.size) == size) return k;
   throw std::logic_error("no such class");
 }
-constexpr host::GemmKernel tuning_order[] = {host::GemmKernel::eigen, host::GemmKernel::blas, host::GemmKernel::blas,
-                                             host::GemmKernel::eigen};
+// Every float kernel here gives the product another result than the others.
+bool kernels_differ_on(const TunedProduct& p) {
+  const bool own = host::kernel_available(host::GemmKernel::own, 4);
+  const auto e = p.run_with(host::GemmKernel::eigen), b = p.run_with(host::GemmKernel::blas);
+  return e != b && (!own || (p.run_with(host::GemmKernel::own) != e && p.run_with(host::GemmKernel::own) != b));
+}
+// The highest of a class's rates in the steps, and its kernel.
+host::GemmKernel highest_tuned(const host::GemmClassChoice& k) {
+  host::GemmKernel best = host::GemmKernel::eigen;
+  double rate = k.tuned_eigen_gflops;
+  if (k.tuned_blas_gflops > rate) best = host::GemmKernel::blas, rate = k.tuned_blas_gflops;
+  if (k.tuned_own_gflops > rate) best = host::GemmKernel::own;
+  return best;
+}
 }  // namespace
+
+TEST_CASE("the tuning's kernels take turns there and back: each kernel here runs as many of 2 x kernels steps") {
+  const bool own = host::kernel_available(host::GemmKernel::own, 4);
+  const int kernels = 1 + (host::have_blas() ? 1 : 0) + (own ? 1 : 0);
+  int runs[3] = {0, 0, 0};
+  for (int s = 0; s < 2 * kernels; ++s) ++runs[static_cast<int>(host::tuning_kernel(s))];
+  CHECK(runs[0] == 2);
+  CHECK(runs[1] == (host::have_blas() ? 2 : 0));
+  CHECK(runs[2] == (own ? 2 : 0));
+  CHECK(host::tuning_kernel(0) == host::GemmKernel::eigen);
+  CHECK(host::tuning_kernel(2 * kernels - 1) == host::GemmKernel::eigen);
+  CHECK(host::tuning_kernel(2 * kernels) == host::GemmKernel::eigen);  // and again
+  for (int s = 0; s < 2 * kernels; ++s) CHECK(host::tuning_kernel(s) == host::tuning_kernel(2 * kernels - 1 - s));
+}
 
 TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives each class the faster over them" *
           doctest::skip(!host::have_blas() || test::sanitized)) {
   const auto& w = world();
   const GemmOverride automatic("auto");
-  // float NN huge (256 x 768 x 768) and float NT medium (64^3, no rows on rank 1): the two kernels'
-  // results differ there, so each step shows which ran. float TN small: only a product with k = 0.
-  const TunedProduct huge(GemmShape::plain(256, 768, 768)),
-      medium(GemmShape::plain(w.rank() == 1 ? 0 : 64, 64, 64, false, true)),
-      no_k(GemmShape::plain(64, 64, 0, true, false));
-  REQUIRE(huge.run_with(host::GemmKernel::eigen) != huge.run_with(host::GemmKernel::blas));
-  if (w.rank() != 1) REQUIRE(medium.run_with(host::GemmKernel::eigen) != medium.run_with(host::GemmKernel::blas));
+  // float NN huge (256 x 1000 x 768: at k 768 Eigen's and shardex's sum alike) and float NN medium
+  // (48 x 800 x 48, no rows on rank 1): the kernels' results differ there, so each step shows which ran.
+  // float TN small: only a product with k = 0. float NT medium (64^3): shardex's does not compete for
+  // it, so in shardex's steps it runs its class's kernel, untimed.
+  const TunedProduct huge(GemmShape::plain(256, 1000, 768)), medium(GemmShape::plain(w.rank() == 1 ? 0 : 48, 800, 48)),
+      no_k(GemmShape::plain(64, 64, 0, true, false)), nt(GemmShape::plain(64, 64, 64, false, true));
+  REQUIRE(kernels_differ_on(huge));
+  if (w.rank() != 1) REQUIRE(kernels_differ_on(medium));
+  REQUIRE(nt.run_with(host::GemmKernel::eigen) != nt.run_with(host::GemmKernel::blas));
+  const bool own = host::kernel_available(host::GemmKernel::own, 4);
+  const int steps = own ? 6 : 4;  // each kernel two steps
   const host::GemmChoice before = host::gemm_kernels();
   CHECK(before.tuned_steps == 0);
+  const host::GemmKernel nt_kernel = class_named(before, 4, false, true, "medium").kernel;
   int step = 0, forced_kernel_ran = 0;
-  host::tune_gemm_kernels(w, 4, [&] {  // over a communicator (device/host/gemm_tuning.hpp)
-    for (const TunedProduct* p : {&huge, &medium, &no_k})
-      forced_kernel_ran += p->run() == p->run_with(tuning_order[step]) ? 1 : 0;
+  host::tune_gemm_kernels(w, steps, [&] {  // over a communicator (device/host/gemm_tuning.hpp)
+    const host::GemmKernel forced = host::tuning_kernel(step);
+    for (const TunedProduct* p : {&huge, &medium, &no_k}) forced_kernel_ran += p->run() == p->run_with(forced) ? 1 : 0;
+    forced_kernel_ran += nt.run() == nt.run_with(forced == host::GemmKernel::own ? nt_kernel : forced) ? 1 : 0;
     ++step;
   });
-  CHECK(step == 4);
-  CHECK(forced_kernel_ran == 12);
+  CHECK(step == steps);
+  CHECK(forced_kernel_ran == 4 * steps);
   const host::GemmChoice tuned = host::gemm_kernels();
-  CHECK(tuned.tuned_steps == 4);
-  for (const auto* k : {&class_named(tuned, 4, false, false, "huge"), &class_named(tuned, 4, false, true, "medium")}) {
+  CHECK(tuned.tuned_steps == steps);
+  for (const auto* k : {&class_named(tuned, 4, false, false, "huge"), &class_named(tuned, 4, false, false, "medium"),
+                        &class_named(tuned, 4, false, true, "medium")}) {
     CAPTURE(std::string(k->size));
+    CAPTURE(k->tb);
     CHECK(k->tuned_eigen_gflops > 0);
     CHECK(k->tuned_blas_gflops > 0);
-    CHECK(k->kernel ==
-          (k->tuned_eigen_gflops > k->tuned_blas_gflops ? host::GemmKernel::eigen : host::GemmKernel::blas));
+    CHECK((k->tuned_own_gflops > 0) == (own && !k->tb));
+    CHECK(k->kernel == highest_tuned(*k));
   }
   // A product of a tuned class now runs its class's new kernel.
   CHECK(huge.run() == huge.run_with(class_named(tuned, 4, false, false, "huge").kernel));
@@ -384,11 +445,11 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
     CHECK(class_named(tuned, 4, k.ta, k.tb, k.size).kernel == class_named(before, 4, k.ta, k.tb, k.size).kernel);
   }
   // The ranks agreed: the same rates (summed over them) and the same table everywhere.
-  char rates[96];
-  std::snprintf(rates, sizeof rates, "%a %a %a %a", class_named(tuned, 4, false, false, "huge").tuned_eigen_gflops,
-                class_named(tuned, 4, false, false, "huge").tuned_blas_gflops,
-                class_named(tuned, 4, false, true, "medium").tuned_eigen_gflops,
-                class_named(tuned, 4, false, true, "medium").tuned_blas_gflops);
+  char rates[160];
+  const auto& th = class_named(tuned, 4, false, false, "huge");
+  const auto& tm = class_named(tuned, 4, false, false, "medium");
+  std::snprintf(rates, sizeof rates, "%a %a %a %a %a %a", th.tuned_eigen_gflops, th.tuned_blas_gflops,
+                th.tuned_own_gflops, tm.tuned_eigen_gflops, tm.tuned_blas_gflops, tm.tuned_own_gflops);
   for (const std::string& text : {host::gemm_kernels_json(), std::string(rates)}) {
     std::int64_t lo = text_hash(text), hi = lo;
     w.all_reduce_min(&lo, 1);
@@ -396,8 +457,10 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
     CHECK(lo == hi);
   }
   const std::string report = host::gemm_kernels_report();
-  CHECK(report.find("tuned on 4 steps") != std::string::npos);
+  CHECK(report.find("tuned on " + std::to_string(steps) + " steps") != std::string::npos);
   CHECK(report.find("in the steps eigen") != std::string::npos);
+  CHECK((report.find("in the steps eigen") != std::string::npos &&
+         report.find(", shardex", report.find("in the steps eigen")) != std::string::npos) == own);
   // Choosing again forgets the tuning.
   host::choose_gemm_kernels(agreement());
   CHECK(host::gemm_kernels().tuned_steps == 0);
@@ -412,17 +475,19 @@ TEST_CASE("tune_gemm_kernels refuses an odd count; a step that throws leaves the
                        doctest::Contains("3 steps; expected an even count"), invalid_argument);
   CHECK_THROWS_AS(host::tune_gemm_kernels(agreement(), 0, [&] { ++steps; }), invalid_argument);
   CHECK(steps == 0);
-  const TunedProduct huge(GemmShape::plain(256, 768, 768));
+  const TunedProduct huge(GemmShape::plain(256, 1000, 768));
   const host::GemmChoice before = host::gemm_kernels();
   const host::GemmKernel own = class_named(before, 4, false, false, "huge").kernel;
-  REQUIRE(huge.run_with(host::GemmKernel::eigen) != huge.run_with(host::GemmKernel::blas));
+  REQUIRE(kernels_differ_on(huge));
   // The step that throws is the first whose forced kernel is not the class's own.
-  const int throwing = own == tuning_order[0] ? 1 : 0;
+  const int throwing = own == host::tuning_kernel(0) ? 1 : 0;
+  REQUIRE(host::tuning_kernel(throwing) != own);
   bool forced_seen = false;
   CHECK_THROWS_WITH_AS(host::tune_gemm_kernels(agreement(), 4,
                                                [&] {
                                                  if (steps++ == throwing) {
-                                                   forced_seen = huge.run() == huge.run_with(tuning_order[throwing]);
+                                                   forced_seen =
+                                                       huge.run() == huge.run_with(host::tuning_kernel(throwing));
                                                    throw std::runtime_error("the step failed");
                                                  }
                                                }),

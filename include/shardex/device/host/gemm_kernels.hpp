@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file
-/// @brief Which kernel runs each host GEMM: Eigen's or the BLAS the library
-/// was built with (OpenBLAS; the `blas` Meson option), chosen per shape class.
+/// @brief Which kernel runs each host GEMM: Eigen's, the BLAS the library
+/// was built with (OpenBLAS; the `blas` Meson option), or shardex's own
+/// (float, on a CPU with AVX-512F: src/host_own_gemm.cpp, made for the
+/// products of few rows whose weights come from memory, a transformer's at
+/// small batches), chosen per shape class.
 ///
-/// Neither kernel is the faster on every machine of a kind (on one, Eigen's
+/// No kernel is the faster on every machine of a kind (on one, Eigen's
 /// float GEMM ran 68 GFLOP/s on a core and OpenBLAS's 86; on another Eigen
 /// was the faster), so the choice is measured: each class below is timed with
-/// both kernels on a product of its size, once per process, when the
+/// every kernel that runs it on a product of its size, once per process, when the
 /// environment starts (mpi::Environment), or at the first product in a
 /// program that makes none. Over MPI every rank measures at the same time and
 /// the ranks agree on the sums of their times, so that every rank runs a
@@ -18,8 +21,9 @@
 /// A cube in cache is not a model's product: tune_gemm_kernels chooses again
 /// from the program's own steps (gemm_tuning.hpp: over a communicator).
 ///
-/// `SHARDEX_GEMM=eigen` or `SHARDEX_GEMM=blas` skips it and takes that kernel
-/// for every class; `auto` (or unset) measures. `explain` names the kernel of
+/// `SHARDEX_GEMM=eigen`, `SHARDEX_GEMM=blas` or `SHARDEX_GEMM=shardex` skips it
+/// and takes that kernel for every class (shardex's for the float ones, Eigen's
+/// for double); `auto` (or unset) measures. `explain` names the kernel of
 /// each matmul, a trace records the table (`gemm kernels`), and
 /// `gemm_kernels_report()` prints it.
 ///
@@ -43,13 +47,24 @@ namespace shardex::host {
 enum class GemmKernel : std::uint8_t {
   eigen,  ///< Eigen's product (always built)
   blas,   ///< the BLAS of the build (cblas_sgemm / cblas_dgemm), when it has one
+  own,    ///< shardex's own (src/host_own_gemm.cpp): float, x86-64 with AVX-512F, one thread
 };
 
-/// "eigen", or the BLAS's name ("openblas").
+/// "eigen", the BLAS's name ("openblas"), or "shardex".
 const char* kernel_name(GemmKernel k) noexcept;
 
 /// Whether this build of the library has a BLAS.
 bool have_blas() noexcept;
+
+/// Whether kernel `k` runs products of `element_bytes` (4: float, 8: double)
+/// here: Eigen's always, the BLAS's in a build with one, shardex's for float on
+/// a CPU with AVX-512F. A product sent to a kernel that does not run it runs Eigen's.
+bool kernel_available(GemmKernel k, int element_bytes) noexcept;
+
+/// The kernel tune_gemm_kernels forces on its step `step` (from 0): the float
+/// kernels here in turn, there and back (Eigen, OpenBLAS, shardex, shardex,
+/// OpenBLAS, Eigen, ...), so that a drift of the machine's speed falls on each alike.
+GemmKernel tuning_kernel(int step) noexcept;
 
 /// The BLAS's kernels: OpenBLAS's core name ("SkylakeX"), with a note when
 /// shardex chose it because OpenBLAS fell back to Prescott's SSE3 kernels on a
@@ -62,8 +77,9 @@ std::string blas_core();
 GemmKernel gemm_kernel(const GemmShape& g, int element_bytes);
 
 /// One shape class's choice: the class (element size, transposition, size),
-/// the kernel chosen, and both kernels' rates on the class's cube (GFLOP/s
-/// per rank, from the ranks' summed timings; 0 when SHARDEX_GEMM chose).
+/// the kernel chosen, and the kernels' rates on the class's cube (GFLOP/s
+/// per rank, from the ranks' summed timings; 0 when SHARDEX_GEMM chose, or
+/// for a kernel that does not run the class).
 struct GemmClassChoice {
   ///@{
   /// The class: 4 (float) or 8 (double) bytes, A and B transposed, "small",
@@ -76,18 +92,19 @@ struct GemmClassChoice {
   ///@}
   GemmKernel kernel = GemmKernel::eigen;  ///< the kernel its products run
   ///@{
-  /// The measured rates of Eigen's kernel and of the BLAS's (0: not measured).
-  double eigen_gflops = 0, blas_gflops = 0;
+  /// The measured rates of Eigen's kernel, the BLAS's and shardex's (0: not measured).
+  double eigen_gflops = 0, blas_gflops = 0, own_gflops = 0;
   ///@}
   ///@{
   /// Their rates over the program's own products of the class, when
-  /// tune_gemm_kernels chose the kernel from them (0: not tuned), per rank.
-  double tuned_eigen_gflops = 0, tuned_blas_gflops = 0;
+  /// tune_gemm_kernels chose the kernel from them (0: not tuned, or the
+  /// kernel ran none of them), per rank.
+  double tuned_eigen_gflops = 0, tuned_blas_gflops = 0, tuned_own_gflops = 0;
   ///@}
 };
 
 /// The choice of every class; `measured` is false when SHARDEX_GEMM named the
-/// kernel or the build has no BLAS.
+/// kernel or Eigen's is the only one here.
 struct GemmChoice {
   bool measured = false;                 ///< whether the kernels were timed (now, or in the cache)
   bool from_cache = false;               ///< the times came from the cache file
@@ -96,15 +113,15 @@ struct GemmChoice {
 };
 
 /// Runs one batched product (as Host::gemm) with kernel `k`, whatever the
-/// choice: for benchmarks and tests that compare the two. float and double;
-/// `blas` in a build without one runs Eigen's.
+/// choice: for benchmarks and tests that compare them. float and double;
+/// a kernel that does not run the product (kernel_available) runs Eigen's.
 template <class T>
 void gemm_with(GemmKernel k, const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c);
 
 /// The current choice (measuring first if nothing has chosen yet).
 GemmChoice gemm_kernels();
 
-/// The choice, one line per class with both kernels' measured rates.
+/// The choice, one line per class with the kernels' measured rates.
 std::string gemm_kernels_report();
 
 /// The choice as one JSON member, for the trace ("gemm_kernels":{...}).
@@ -123,13 +140,13 @@ struct GemmAgreement {
 
 /// Chooses the kernel of every class (unless SHARDEX_GEMM names one): from
 /// the cache, which rank 0 reads, when it was measured on this machine kind
-/// with this thread count; else every rank times both kernels on every class,
+/// with this thread count; else every rank times each kernel on every class it runs,
 /// the ranks sum their times, and rank 0 writes the cache. The environments
 /// call it; a later call chooses again. Collective when `agree` is.
 /// The cache: SHARDEX_GEMM_CACHE names the file (empty: no cache), else
 /// $XDG_CACHE_HOME/shardex/gemm-kernels.json, else ~/.cache/shardex/gemm-kernels.json.
-/// @throws invalid_argument if SHARDEX_GEMM is not eigen, blas or auto, or
-/// names blas in a build without one.
+/// @throws invalid_argument if SHARDEX_GEMM is not eigen, blas, shardex or
+/// auto, or names blas in a build without one, or shardex on a CPU without AVX-512F.
 void choose_gemm_kernels(const GemmAgreement& agree = {});
 
 /// Chooses again from a program's own products, as cuDNN's benchmark mode
@@ -140,19 +157,21 @@ void choose_gemm_kernels(const GemmAgreement& agree = {});
 /// bench/RESULTS.md, "The GEMM choice in the step").
 ///
 /// Runs `step` `steps` times (an even count), every Host::gemm
-/// of a step through one kernel, Eigen's and the BLAS's in turn (Eigen,
-/// BLAS, BLAS, Eigen, ...: a drift of the machine's speed falls on both),
-/// timing each product (one with k = 0 is no product: not counted); sums each
-/// class's time and flops per kernel over the steps and the ranks; and gives
-/// every class whose products both kernels ran the one with the higher rate.
-/// The other classes keep their kernel (and the rates an earlier tuning
-/// gave them). Whatever else the steps run (an evaluation every N steps, say)
+/// of a step through one kernel, the kernels here in turn (tuning_kernel:
+/// Eigen, OpenBLAS, shardex, shardex, OpenBLAS, Eigen, ...; a kernel that
+/// does not run a product, shardex's for double, leaves it to the class's
+/// choice, untimed), timing each product (one with k = 0 is no product: not
+/// counted); sums each class's time and flops per kernel over the steps and
+/// the ranks; and gives every class whose products two kernels or more ran
+/// the one of them with the higher rate (with 2 steps and three kernels,
+/// shardex's runs none: 6 give each two). The other classes keep their
+/// kernel (and the rates an earlier tuning gave them). Whatever else the steps run (an evaluation every N steps, say)
 /// counts for the kernel of its step: keep the steps alike. Every
 /// rank runs a step's products with the same kernel, so a Replicated result
 /// stays equal on all of them. The steps are real (a training step trains).
 /// Collective when `agree` is: every rank calls it with the same `steps`.
 /// Runs the steps and changes nothing when SHARDEX_GEMM named the kernel or
-/// the build has no BLAS. If `step` throws, the choice stays as it was and
+/// Eigen's is the only one here. If `step` throws, the choice stays as it was and
 /// the exception goes on; a later choose_gemm_kernels forgets the tuning.
 /// @throws invalid_argument if `steps` is not even and at least 2.
 void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::function<void()>& step);
