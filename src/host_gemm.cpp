@@ -219,6 +219,13 @@ bool candidate(int k, int cls) {
   const bool nn = (cls / n_sizes) % n_trans == 0;
   return host::kernel_available(kernel, type_of_class(cls) == 0 ? 4 : 8) && (kernel != host::GemmKernel::own || nn);
 }
+// Whether the start-up timing times kernel k on class cls: a candidate of a
+// class that has another (a class with one runs it untimed).
+bool timed_at_start(int k, int cls) {
+  int candidates = 0;
+  for (int other = 0; other < n_kernels; ++other) candidates += candidate(other, cls) ? 1 : 0;
+  return candidates >= 2 && candidate(k, cls);
+}
 
 struct Choice {
   bool made = false;
@@ -338,7 +345,7 @@ bool read_cache(const std::string& path, std::array<std::int64_t, n_times>& ns, 
     for (int cls = 0; cls < n_classes; ++cls)
       for (int k = 0; k < n_kernels; ++k) {
         ns[at(cls, k)] = t[at(cls, k)].get<std::int64_t>();
-        if (candidate(k, cls) ? ns[at(cls, k)] <= 0 : ns[at(cls, k)] != 0) return false;
+        if (timed_at_start(k, cls) ? ns[at(cls, k)] <= 0 : ns[at(cls, k)] != 0) return false;
       }
     ranks = doc.at("ranks").get<std::int64_t>();
     return ranks >= 1;
@@ -372,7 +379,7 @@ void measure(Choice& c) {
         const int cls = class_of(type, t >= 2, t % 2 == 1, s);
         for (int k = 0; k < n_kernels; ++k) {
           const auto kernel = static_cast<host::GemmKernel>(k);
-          if (!candidate(k, cls)) continue;  // its time stays 0
+          if (!timed_at_start(k, cls)) continue;  // its time stays 0
           c.ns[at(cls, k)] = type == 0 ? time_kernel<float>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s])
                                        : time_kernel<double>(kernel, cube[s], t >= 2, t % 2 == 1, repeats[s]);
         }
@@ -542,11 +549,17 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
   if (!c.measured) return;  // a step chose again under SHARDEX_GEMM: that choice stands
   c.tuned_steps = steps;
   for (int cls = 0; cls < n_classes; ++cls) {
-    // The kernels that ran some of the class's work; with fewer than two the class keeps its kernel
+    // Chosen again only when every kernel that competes for the class ran some of its work (2 steps
+    // and three kernels: shardex's ran none), and two or more did; else the class keeps its kernel
     // (and an earlier tuning's rates).
     int ran = 0;
-    for (int k = 0; k < n_kernels; ++k) ran += totals[at(cls, k)] > 0 && totals[n + at(cls, k)] > 0 ? 1 : 0;
-    if (ran < 2) continue;
+    bool all_ran = true;
+    for (int k = 0; k < n_kernels; ++k) {
+      const bool timed = totals[at(cls, k)] > 0 && totals[n + at(cls, k)] > 0;
+      ran += timed ? 1 : 0;
+      all_ran = all_ran && (timed || !candidate(k, cls));
+    }
+    if (ran < 2 || !all_ran) continue;
     int best = -1;
     for (int k = 0; k < n_kernels; ++k) {
       const std::size_t i = at(cls, k);
@@ -611,11 +624,20 @@ std::string class_label(const GemmClassChoice& k) {
 
 std::string gemm_kernels_report() {
   const GemmChoice c = gemm_kernels();
-  if (!c.measured)
-    return std::string("gemm kernels: ") + kernel_name(c.classes.front().kernel) + " for every product (" +
-           (have_blas() ? std::string("SHARDEX_GEMM), ") + kernel_name(GemmKernel::blas) + " core " + blas_core()
-                        : std::string("a build without BLAS)")) +
+  if (!c.measured) {
+    // The float classes come first, the double ones last: SHARDEX_GEMM=shardex runs Eigen's for double.
+    const GemmKernel for_float = c.classes.front().kernel, for_double = c.classes.back().kernel;
+    const char* named = std::getenv("SHARDEX_GEMM");
+    const bool by_variable = named != nullptr && *named != '\0' && std::string_view(named) != "auto";
+    return std::string("gemm kernels: ") +
+           (for_float == for_double ? std::string(kernel_name(for_float)) + " for every product"
+                                    : std::string(kernel_name(for_float)) + " for the float products, " +
+                                          kernel_name(for_double) + " for the double ones") +
+           (by_variable ? " (SHARDEX_GEMM)" : " (the only kernel here)") +
+           (have_blas() ? std::string(", ") + kernel_name(GemmKernel::blas) + " core " + blas_core()
+                        : std::string(", a build without BLAS")) +
            "\n";
+  }
   std::string out =
       std::string("gemm kernels (") + (c.from_cache ? "measured before, from the cache" : "measured at start-up") +
       (c.tuned_steps > 0 ? ", tuned on " + std::to_string(c.tuned_steps) + " steps of the program" : std::string()) +
@@ -623,10 +645,13 @@ std::string gemm_kernels_report() {
       ":\n";
   char line[240];
   for (const GemmClassChoice& k : c.classes) {
-    std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s, %s %6.1f GFLOP/s",
-                  class_label(k).c_str(), static_cast<long long>(k.cube), kernel_name(k.kernel), k.eigen_gflops,
-                  kernel_name(GemmKernel::blas), k.blas_gflops);
+    std::snprintf(line, sizeof line, "  %-16s (%3lld^3): %-8s  eigen %6.1f GFLOP/s", class_label(k).c_str(),
+                  static_cast<long long>(k.cube), kernel_name(k.kernel), k.eigen_gflops);
     out += line;
+    if (have_blas()) {
+      std::snprintf(line, sizeof line, ", %s %6.1f GFLOP/s", kernel_name(GemmKernel::blas), k.blas_gflops);
+      out += line;
+    }
     if (k.own_gflops > 0) {
       std::snprintf(line, sizeof line, ", shardex %6.1f GFLOP/s", k.own_gflops);
       out += line;

@@ -12,8 +12,9 @@ namespace shardex::host::detail {
 bool own_gemm_available() noexcept;
 
 /// C = alpha op(A) op(B) + beta C for every batch entry of `g` (as Host::gemm),
-/// float only, on the calling thread; C is not read when beta is 0. Call only
-/// where own_gemm_available().
+/// float only, on the calling thread; C is not read when beta is 0, nor A and
+/// B when alpha is 0 or k is 0 (as OpenBLAS; Eigen's product carries a NaN of
+/// theirs into C). Call only where own_gemm_available().
 void own_gemm(const GemmShape& g, float alpha, const float* a, const float* b, float beta, float* c);
 
 }  // namespace shardex::host::detail
