@@ -190,7 +190,7 @@ void explain_into(Plan& p, const E& e) {
                                     layout_name(e.mapping()));
     using Dev = typename E::device_type;
     if constexpr (requires(const GemmShape& g) { Dev::template gemm_kernel<typename E::value_type>(g); }) {
-      // The kernel of this rank's product (a host GEMM: Eigen's or the BLAS's, device/host/gemm_kernels.hpp).
+      // The kernel of this rank's product (a host GEMM: Eigen's, the BLAS's or shardex's, device/host/gemm_kernels.hpp).
       const int r = e.comm().rank();
       const Shape a = local_shape(e.lhs().shape(), e.lhs().mapping(), r),
                   b = local_shape(e.rhs().shape(), e.rhs().mapping(), r);

@@ -102,8 +102,8 @@ struct Host {
                   static_cast<std::size_t>(from.run) * sizeof(T));
   }
 
-  /// Batched row-major products (see GemmShape), through Eigen or the BLAS,
-  /// whichever was measured faster for the shape's class
+  /// Batched row-major products (see GemmShape), through Eigen, the BLAS or
+  /// shardex's own kernel, whichever was measured fastest for the shape's class
   /// (device/host/gemm_kernels.hpp). Compiled into the library, for float and double.
   template <class T>
   static void gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c);
