@@ -406,7 +406,9 @@ host::GemmKernel faster(const std::array<std::int64_t, n_times>& ns, int cls) {
 }
 
 // Whether there is a choice to measure: another kernel than Eigen's.
-bool kernels_to_choose_from() { return host::have_blas() || host::detail::own_gemm_available(); }
+bool kernels_to_choose_from() {
+  return host::kernel_available(host::GemmKernel::blas, 4) || host::kernel_available(host::GemmKernel::own, 4);
+}
 
 void choose_locked(const host::GemmAgreement& agree) {
   Choice c;
@@ -552,21 +554,22 @@ void tune_gemm_kernels(const GemmAgreement& agree, int steps, const std::functio
     // Chosen again only when every kernel that competes for the class ran some of its work (2 steps
     // and three kernels: shardex's ran none), and two or more did; else the class keeps its kernel
     // (and an earlier tuning's rates).
+    std::array<bool, n_kernels> timed{};
     int ran = 0;
     bool all_ran = true;
     for (int k = 0; k < n_kernels; ++k) {
-      const bool timed = totals[at(cls, k)] > 0 && totals[n + at(cls, k)] > 0;
-      ran += timed ? 1 : 0;
-      all_ran = all_ran && (timed || !candidate(k, cls));
+      timed[static_cast<std::size_t>(k)] = totals[at(cls, k)] > 0 && totals[n + at(cls, k)] > 0;
+      ran += timed[static_cast<std::size_t>(k)] ? 1 : 0;
+      all_ran = all_ran && (timed[static_cast<std::size_t>(k)] || !candidate(k, cls));
     }
     if (ran < 2 || !all_ran) continue;
     int best = -1;
     for (int k = 0; k < n_kernels; ++k) {
       const std::size_t i = at(cls, k);
-      const bool timed = totals[i] > 0 && totals[n + i] > 0;
+      const bool t = timed[static_cast<std::size_t>(k)];
       // A rank's rate: flops over ns, both summed over the ranks (the same on every rank).
-      c.tuned_gflops[i] = timed ? static_cast<double>(totals[n + i]) / static_cast<double>(totals[i]) : 0.0;
-      if (timed && (best < 0 || c.tuned_gflops[i] > c.tuned_gflops[at(cls, best)])) best = k;
+      c.tuned_gflops[i] = t ? static_cast<double>(totals[n + i]) / static_cast<double>(totals[i]) : 0.0;
+      if (t && (best < 0 || c.tuned_gflops[i] > c.tuned_gflops[at(cls, best)])) best = k;
     }
     c.kernel[static_cast<std::size_t>(cls)] = static_cast<GemmKernel>(best);
   }
@@ -688,9 +691,10 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   Tuning& tune = tuning();
   const int forced = tune.forced.load(std::memory_order_relaxed);
   // k 0: C = beta C, no product to time (it would count as 0 flops); a kernel that does not compete
-  // for the class (shardex's for double, or for NT): the class's choice, untimed.
-  const int cls = class_of(sizeof(T) == 8 ? 1 : 0, g.ta, g.tb, size_class(g));
-  if (forced < 0 || g.k == 0 || !candidate(forced, cls)) {
+  // for the class (shardex's for double, or for NT): the class's choice, untimed. The class is worked
+  // out only while tuning: the usual product asks gemm_kernel alone.
+  const int cls = forced < 0 || g.k == 0 ? -1 : class_of(sizeof(T) == 8 ? 1 : 0, g.ta, g.tb, size_class(g));
+  if (cls < 0 || !candidate(forced, cls)) {
     run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);
     return;
   }
