@@ -217,44 +217,48 @@ TEST_CASE("weight decay alone: one step with a zero gradient shrinks decayed par
 }
 
 TEST_CASE_TEMPLATE(
-    "Host::adam_update (vectorized): grad_scale s on gradient g is the step on s g, each element "
-    "adam_update_at's",
+    "Host::adam_update (vectorized, in blocks of four lines): grad_scale s on gradient g is the step on s g, each "
+    "element adam_update_at's",
     T, float, double) {
-  const std::int64_t n = 37;  // not a multiple of a vector's lanes
-  std::vector<T> p(n), m(n), v(n), g(n), sg(n);
-  for (std::int64_t i = 0; i < n; ++i) {
-    p[i] = T(std::sin(double(i))), m[i] = T(0.01 * std::cos(double(i))), v[i] = T(0.001 * (1 + i % 3));
-    g[i] = T(std::cos(0.7 * double(i))), sg[i] = T(0.5) * g[i];  // 0.5: exact in binary
-  }
-  const auto p0 = p;
-  auto p2 = p, m2 = m, v2 = v, p3 = p, m3 = m, v3 = v;
-  const optim::AdamStep plain{1e-3, 0.9, 0.95, 1e-8, 0.1, 0.05, 1 - 1e-4};
-  optim::AdamStep scaled = plain;
-  scaled.grad_scale = 0.5;
-  auto p4 = p, m4 = m, v4 = v, sg4 = sg;
-  Host::adam_update(p.data(), m.data(), v.data(), g.data(), n, scaled);
-  Host::adam_update(p2.data(), m2.data(), v2.data(), sg.data(), n, plain);
-  optim::AdamStep clearing = plain;
-  clearing.clear_grad = true;  // the same step, and zeros left in the gradient
-  Host::adam_update(p4.data(), m4.data(), v4.data(), sg4.data(), n, clearing);
-  CHECK(p4 == p2);
-  CHECK(m4 == m2);
-  CHECK(v4 == v2);
-  CHECK(sg4 == std::vector<T>(n, T(0)));
-  const optim::AdamTerms<T> terms(plain);
-  for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p3.data(), m3.data(), v3.data(), sg.data(), i, terms);
-  CHECK(p == p2);
-  CHECK(m == m2);
-  CHECK(v == v2);
-  // The element function in this file's build (its compiler may fuse a
-  // multiply and an add the library's build does not, or the reverse).
-  const double tol = std::same_as<T, double> ? 1e-14 : 1e-6;
-  for (std::int64_t i = 0; i < n; ++i) {
-    CAPTURE(i);
-    CHECK(double(p2[i]) == doctest::Approx(double(p3[i])).epsilon(tol));
-    CHECK(double(m2[i]) == doctest::Approx(double(m3[i])).epsilon(tol));
-    CHECK(double(v2[i]) == doctest::Approx(double(v3[i])).epsilon(tol));
-    CHECK(p2[i] != p0[i]);  // the step moved every parameter
+  // One element; not a multiple of a vector's lanes; one block of four lines
+  // (of floats); many blocks, a part block and the prefetches' last lines.
+  for (const std::int64_t n : {1, 37, 64, 1031}) {
+    CAPTURE(n);
+    std::vector<T> p(n), m(n), v(n), g(n), sg(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      p[i] = T(std::sin(double(i))), m[i] = T(0.01 * std::cos(double(i))), v[i] = T(0.001 * (1 + i % 3));
+      g[i] = T(std::cos(0.7 * double(i))), sg[i] = T(0.5) * g[i];  // 0.5: exact in binary
+    }
+    const auto p0 = p;
+    auto p2 = p, m2 = m, v2 = v, p3 = p, m3 = m, v3 = v;
+    const optim::AdamStep plain{1e-3, 0.9, 0.95, 1e-8, 0.1, 0.05, 1 - 1e-4};
+    optim::AdamStep scaled = plain;
+    scaled.grad_scale = 0.5;
+    auto p4 = p, m4 = m, v4 = v, sg4 = sg;
+    Host::adam_update(p.data(), m.data(), v.data(), g.data(), n, scaled);
+    Host::adam_update(p2.data(), m2.data(), v2.data(), sg.data(), n, plain);
+    optim::AdamStep clearing = plain;
+    clearing.clear_grad = true;  // the same step, and zeros left in the gradient
+    Host::adam_update(p4.data(), m4.data(), v4.data(), sg4.data(), n, clearing);
+    CHECK(p4 == p2);
+    CHECK(m4 == m2);
+    CHECK(v4 == v2);
+    CHECK(sg4 == std::vector<T>(n, T(0)));
+    const optim::AdamTerms<T> terms(plain);
+    for (std::int64_t i = 0; i < n; ++i) optim::adam_update_at(p3.data(), m3.data(), v3.data(), sg.data(), i, terms);
+    CHECK(p == p2);
+    CHECK(m == m2);
+    CHECK(v == v2);
+    // The element function in this file's build (its compiler may fuse a
+    // multiply and an add the library's build does not, or the reverse).
+    const double tol = std::same_as<T, double> ? 1e-14 : 1e-6;
+    for (std::int64_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      CHECK(double(p2[i]) == doctest::Approx(double(p3[i])).epsilon(tol));
+      CHECK(double(m2[i]) == doctest::Approx(double(m3[i])).epsilon(tol));
+      CHECK(double(v2[i]) == doctest::Approx(double(v3[i])).epsilon(tol));
+      CHECK(p2[i] != p0[i]);  // the step moved every parameter
+    }
   }
 }
 
