@@ -690,6 +690,53 @@ TEST_CASE(
   CHECK(after_changed);
 }
 
+TEST_CASE(
+    "causal_attention's backward from the forward's kept probabilities equals the one recomputing them (two "
+    "sequences of three blocks, grouped heads); the limit on their bytes decides which") {
+  constexpr std::int64_t rows_per_block = detail::CausalShapes::rows_per_block;
+  const std::int64_t B = 2, S = 2 * rows_per_block + 22, Hq = 4, Hk = 2, dh = 3;
+  const std::int64_t limit_before = attention_kept_probabilities_limit();
+  const auto same = [](const auto& a, const auto& b) {
+    const auto x = a.local(), y = b.local();
+    bool ok = x.size() == y.size();
+    for (std::size_t i = 0; ok && i < x.size(); ++i) ok = close(x[i], y[i], 1e-13);
+    return ok;
+  };
+  set_attention_kept_probabilities_limit(std::int64_t(1) << 40);
+  const auto kept = attention_with_bump(B, S, Hq, Hk, dh, -1, 0, 0.0);
+  set_attention_kept_probabilities_limit(0);
+  const auto recomputed = attention_with_bump(B, S, Hq, Hk, dh, -1, 0, 0.0);
+  CHECK(close(std::get<0>(kept), std::get<0>(recomputed), 1e-13));
+  CHECK(same(std::get<1>(kept), std::get<1>(recomputed)));  // dq
+  CHECK(same(std::get<2>(kept), std::get<2>(recomputed)));  // dk
+  CHECK(same(std::get<3>(kept), std::get<3>(recomputed)));  // dv
+  CHECK(same(std::get<4>(kept), std::get<4>(recomputed)));  // y
+
+  // What a forward leaves held for its backward: the output, and the probabilities when they fit the limit.
+  const std::int64_t pairs = detail::CausalShapes{B, S, Hq, Hk, dh}.computed_pairs();
+  const std::int64_t probabilities_bytes = B * Hq * pairs * std::int64_t(sizeof(double));
+  const auto held_after_forward = [&](std::int64_t limit) {
+    set_attention_kept_probabilities_limit(limit);
+    const auto make = [&](std::int64_t heads, int salt) {
+      return Tensor<double, Replicated>::from_function(
+          world(), {B, S, heads, dh},
+          [salt](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], salt); });
+    };
+    auto q = make(Hq, 51), k = make(Hk, 52), v = make(Hk, 53);
+    for (auto* t : {&q, &k, &v}) t->requires_grad();
+    const std::int64_t before = host::pool_stats().in_use_bytes;
+    Tensor<double, Replicated> y = causal_attention(q, k, v);
+    return host::pool_stats().in_use_bytes - before;
+  };
+  const std::int64_t at_limit = held_after_forward(probabilities_bytes),
+                     below_limit = held_after_forward(probabilities_bytes - 1);
+  CHECK(at_limit - below_limit >= probabilities_bytes);
+  CHECK(below_limit >= B * S * Hq * dh * std::int64_t(sizeof(double)));  // the output alone
+  set_attention_kept_probabilities_limit(-5);
+  CHECK(attention_kept_probabilities_limit() == 0);
+  set_attention_kept_probabilities_limit(limit_before);
+}
+
 TEST_CASE("split_heads and merge_heads carry the lengths in units of heads, around causal_attention") {
   const int n = world().size(), r = world().rank();
   const std::int64_t B = 2, S = 3, dh = 2;

@@ -16,7 +16,10 @@
 /// the keys up to the block's last row (the later ones are masked: their
 /// weight is exactly zero), so the products skip most of the masked half: 5/8
 /// of the whole (seq, seq) scores at seq 256, 17/32 at 1024. The backward
-/// recomputes each block's probabilities.
+/// reuses the forward's probabilities where all of them take at most
+/// attention_kept_probabilities_limit() bytes (16 MiB unless set: GPT-2
+/// small's 4 x 256 on 2 ranks keeps 3.9 MB a layer), and recomputes each
+/// block's otherwise (4 x 1024 on one rank would keep 107 MB a layer).
 ///
 /// @code
 /// // (batch, seq, heads, dh), 12 heads over the ranks in any lengths
@@ -24,6 +27,7 @@
 /// @endcode
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -95,6 +99,25 @@ auto causal_attention(const Q& q, const K& k, const V& v) {
 }
 
 namespace detail {
+/// attention_kept_probabilities_limit's value (one for the process).
+inline std::atomic<std::int64_t> kept_probabilities_limit{std::int64_t(16) << 20};
+}  // namespace detail
+
+/// The most bytes of probabilities (all of one call's sequences, heads and
+/// blocks on this rank) that causal_attention keeps from its forward for its
+/// backward; above it the backward recomputes them a block at a time (the
+/// scores' product again, the mask and the softmax), holding one block.
+[[nodiscard]] inline std::int64_t attention_kept_probabilities_limit() noexcept {
+  return detail::kept_probabilities_limit.load(std::memory_order_relaxed);
+}
+/// Sets attention_kept_probabilities_limit (0: always recompute); calls made
+/// after it use it. Every rank should set the same limit, as the choice is
+/// each rank's own and changes no result.
+inline void set_attention_kept_probabilities_limit(std::int64_t bytes) noexcept {
+  detail::kept_probabilities_limit.store(std::max<std::int64_t>(bytes, 0), std::memory_order_relaxed);
+}
+
+namespace detail {
 
 /// The local geometry of causal attention: batch b, sequence s, q heads hq
 /// and KV heads hk on this rank (hq = group * hk), head size dh. Head h of
@@ -127,6 +150,14 @@ struct CausalShapes {
     for_each_block([&](std::int64_t r0, std::int64_t r1) { pairs += (r1 - r0) * r1; });
     return pairs;
   }
+  /// Where the probabilities of sequence b's block starting at query row r0
+  /// begin among all of them (sequence-major, then block, then as a block
+  /// holds them: (hq, nb, r1)); `pairs` is computed_pairs().
+  [[nodiscard]] std::int64_t kept_at(std::int64_t b, std::int64_t r0, std::int64_t pairs) const {
+    const std::int64_t full = std::min(r0, seq) / rows_per_block;  // whole blocks before r0, each nb = rows_per_block
+    const std::int64_t before = rows_per_block * rows_per_block * full * (full + 1) / 2;  // sum of nb * r1 over them
+    return hq * (b * pairs + before);
+  }
   /// The `group` query heads of one KV group, rows [r1 - nb, r1), against its K's rows [0, r1): m = nb, n = r1, k = dh.
   [[nodiscard]] GemmShape scores(std::int64_t nb, std::int64_t r1) const {
     return {nb, r1, dh, false, true, hq * dh, hk * dh, r1, dh, 0, nb * r1, group()};
@@ -145,8 +176,8 @@ struct CausalShapes {
 
 /// Runs the node: per sequence, block of query rows and KV group, batched
 /// GEMMs for the scores (against the keys up to the block's end), the causal
-/// mask, a row softmax, and the product with V; the backward recomputes each
-/// block's probabilities.
+/// mask, a row softmax, and the product with V; the backward reuses the
+/// probabilities, or recomputes each block's above attention_kept_probabilities_limit().
 /// @throws invalid_argument unless q, k, v are 4-d with one batch, sequence
 /// and head size, q's heads a multiple of k's (and v's equal to k's), and,
 /// with heads sharded, each rank's q heads its KV heads times the group.
@@ -194,47 +225,56 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
     Dev::softmax_rows(p, cs.hq * nb, r1);
   };
   auto out = Tensor<T, L, Dev>::empty(q.comm(), q.shape(), q.mapping());  // every (sequence, row, head) written below
+  const bool differentiated = q.node() || k.node() || v.node();
+  const std::int64_t pairs = cs.computed_pairs(), all_probabilities = cs.batch * cs.hq * pairs;
+  // The forward's probabilities, all of them, for the backward (empty: it recomputes them).
+  std::shared_ptr<T[]> kept;
+  if (differentiated && all_probabilities * std::int64_t(sizeof(T)) <= attention_kept_probabilities_limit())
+    kept = Dev::template allocate_uninitialized<T>(all_probabilities);
   {
-    auto p = Dev::template allocate_uninitialized<T>(cs.block_capacity());
+    auto scratch = kept ? nullptr : Dev::template allocate_uninitialized<T>(cs.block_capacity());
     for (std::int64_t b = 0; b < cs.batch; ++b)
       cs.for_each_block([&](std::int64_t r0, std::int64_t r1) {
         const std::int64_t nb = r1 - r0;
-        probabilities(q.data(), k.data(), b, r0, r1, p.get());
+        T* p = kept ? kept.get() + cs.kept_at(b, r0, pairs) : scratch.get();
+        probabilities(q.data(), k.data(), b, r0, r1, p);
         for (std::int64_t g = 0; g < cs.hk; ++g)
-          Dev::gemm(cs.apply(nb, r1), T(1), p.get() + g * cs.group() * nb * r1, v.data() + cs.kv_at(b, g), T(0),
+          Dev::gemm(cs.apply(nb, r1), T(1), p + g * cs.group() * nb * r1, v.data() + cs.kv_at(b, g), T(0),
                     out.data() + cs.q_at(b, g * cs.group(), r0));
       });
   }
-  if (q.node() || k.node() || v.node()) {
+  if (differentiated) {
     std::vector<std::shared_ptr<autodiff::Node>> inputs;
     autodiff::add_input(inputs, q.node());
     autodiff::add_input(inputs, k.node());
     autodiff::add_input(inputs, v.node());
     out.record("causal_attention", std::move(inputs),
-               [q, k, v, cs, scale, probabilities](const Tensor<T, dual_t<L>, Dev>& g) {
+               [q, k, v, cs, scale, probabilities, kept, pairs](const Tensor<T, dual_t<L>, Dev>& g) {
                  // dq is written whole (beta 0, each block its rows), dk and dv accumulate over heads,
                  // sequences and blocks.
                  auto dq = q.node() ? q.node()->make_empty() : typename decltype(q)::grad_type{};
                  auto dk = k.node() ? k.node()->make_full(T(0)) : typename decltype(k)::grad_type{};
                  auto dv = v.node() ? v.node()->make_full(T(0)) : typename decltype(v)::grad_type{};
-                 auto p = Dev::template allocate_uninitialized<T>(cs.block_capacity());
+                 auto scratch = kept ? nullptr : Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  auto ds = Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  for (std::int64_t b = 0; b < cs.batch; ++b)
                    cs.for_each_block([&](std::int64_t r0, std::int64_t r1) {
                      const std::int64_t nb = r1 - r0;
-                     probabilities(q.data(), k.data(), b, r0, r1, p.get());  // recomputed: one block at a time
+                     const T* p = kept ? kept.get() + cs.kept_at(b, r0, pairs) : scratch.get();
+                     if (!kept)  // recomputed: one block at a time
+                       probabilities(q.data(), k.data(), b, r0, r1, scratch.get());
                      for (std::int64_t h = 0; h < cs.hq; ++h) {
                        const std::int64_t kv = h / cs.group();
                        if (v.node())  // dV_kv[0, r1) += P_h^T G_h
-                         Dev::gemm(cs.apply_transposed(nb, r1), T(1), p.get() + h * nb * r1,
-                                   g.data() + cs.q_at(b, h, r0), T(1), dv.data() + cs.kv_at(b, kv));
+                         Dev::gemm(cs.apply_transposed(nb, r1), T(1), p + h * nb * r1, g.data() + cs.q_at(b, h, r0),
+                                   T(1), dv.data() + cs.kv_at(b, kv));
                      }
                      if (!q.node() && !k.node()) return;
                      // dP = G V^T per group, then dS = scale * P * (dP - rowsum(dP * P)) in place.
                      for (std::int64_t kv = 0; kv < cs.hk; ++kv)
                        Dev::gemm(cs.scores(nb, r1), T(1), g.data() + cs.q_at(b, kv * cs.group(), r0),
                                  v.data() + cs.kv_at(b, kv), T(0), ds.get() + kv * cs.group() * nb * r1);
-                     Dev::softmax_backward_rows(p.get(), ds.get(), cs.hq * nb, r1, scale);
+                     Dev::softmax_backward_rows(p, ds.get(), cs.hq * nb, r1, scale);
                      for (std::int64_t kv = 0; kv < cs.hk; ++kv) {
                        if (q.node())  // dQ_h[r0, r1) = dS_h K_kv[0, r1)
                          Dev::gemm(cs.apply(nb, r1), T(1), ds.get() + kv * cs.group() * nb * r1,
