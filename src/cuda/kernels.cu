@@ -172,15 +172,18 @@ __global__ void causal_mask_kernel(T* scores, std::int64_t n, std::int64_t rows,
   for (std::int64_t i = first_index(); i < n; i += grid_stride())
     tokens::causal_mask_at(scores, i, rows, cols, first_row);
 }
-template <class T>
-__global__ void row_max_kernel(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
-  for (std::int64_t t = first_index(); t < rows; t += grid_stride()) max[t] = tokens::row_max(logits + t * cols, cols);
-}
 template <class T, class I>
-__global__ void sum_exp_and_target_kernel(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
-                                          std::int64_t rows, std::int64_t cols, std::int64_t first) {
+__global__ void row_max_sum_exp_and_target_kernel(const T* logits, const I* targets, T* max, T* sum_exp,
+                                                  T* target_logit, std::int64_t rows, std::int64_t cols,
+                                                  std::int64_t first) {
   for (std::int64_t t = first_index(); t < rows; t += grid_stride())
-    tokens::row_sum_exp_and_target(logits + t * cols, cols, first, max[t], targets[t], sum_exp + t, target_logit + t);
+    tokens::row_max_sum_exp_and_target(logits + t * cols, cols, first, targets[t], max + t, sum_exp + t,
+                                       target_logit + t);
+}
+template <class T>
+__global__ void rescale_sum_exp_kernel(T* sum_exp, const T* local_max, const T* global_max, std::int64_t rows) {
+  for (std::int64_t t = first_index(); t < rows; t += grid_stride())
+    sum_exp[t] = tokens::rescaled_sum_exp(sum_exp[t], local_max[t], global_max[t]);
 }
 template <class T, class I>
 __global__ void cross_entropy_backward_kernel(const T* logits, const I* targets, const T* max, const T* sum_exp,
@@ -243,19 +246,19 @@ void causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t
   causal_mask_kernel<<<grid_for(n), block_size, 0, s>>>(scores, n, rows, cols, first_row);
   check_launch("causal_mask");
 }
-template <class T>
-void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
-  if (rows <= 0) return;
-  row_max_kernel<<<grid_for(rows), block_size, 0, s>>>(logits, max, rows, cols);
-  check_launch("row_max");
-}
 template <class T, class I>
-void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit, std::int64_t rows,
-                        std::int64_t cols, std::int64_t first, cudaStream_t s) {
+void row_max_sum_exp_and_target(const T* logits, const I* targets, T* max, T* sum_exp, T* target_logit,
+                                std::int64_t rows, std::int64_t cols, std::int64_t first, cudaStream_t s) {
   if (rows <= 0) return;
-  sum_exp_and_target_kernel<<<grid_for(rows), block_size, 0, s>>>(logits, targets, max, sum_exp, target_logit, rows,
-                                                                  cols, first);
-  check_launch("sum_exp_and_target");
+  row_max_sum_exp_and_target_kernel<<<grid_for(rows), block_size, 0, s>>>(logits, targets, max, sum_exp, target_logit,
+                                                                          rows, cols, first);
+  check_launch("row_max_sum_exp_and_target");
+}
+template <class T>
+void rescale_sum_exp(T* sum_exp, const T* local_max, const T* global_max, std::int64_t rows, cudaStream_t s) {
+  if (rows <= 0) return;
+  rescale_sum_exp_kernel<<<grid_for(rows), block_size, 0, s>>>(sum_exp, local_max, global_max, rows);
+  check_launch("rescale_sum_exp");
 }
 template <class T, class I>
 void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
@@ -356,8 +359,8 @@ SHARDEX_INSTANTIATE(double)
                                 cudaStream_t);                                                                   \
   template void embedding_backward<T, I>(T*, const I*, const T*, std::int64_t, std::int64_t, std::int64_t,       \
                                          std::int64_t, cudaStream_t);                                            \
-  template void sum_exp_and_target<T, I>(const T*, const I*, const T*, T*, T*, std::int64_t, std::int64_t,       \
-                                         std::int64_t, cudaStream_t);                                            \
+  template void row_max_sum_exp_and_target<T, I>(const T*, const I*, T*, T*, T*, std::int64_t, std::int64_t,     \
+                                                 std::int64_t, cudaStream_t);                                    \
   template void cross_entropy_backward<T, I>(const T*, const I*, const T*, const T*, const T*, T*, std::int64_t, \
                                              std::int64_t, std::int64_t, cudaStream_t);
 
@@ -381,7 +384,7 @@ SHARDEX_INSTANTIATE_NORMS(double)
 #undef SHARDEX_INSTANTIATE_NORMS
 template void causal_mask<float>(float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);
 template void causal_mask<double>(double*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, cudaStream_t);
-template void row_max<float>(const float*, float*, std::int64_t, std::int64_t, cudaStream_t);
-template void row_max<double>(const double*, double*, std::int64_t, std::int64_t, cudaStream_t);
+template void rescale_sum_exp<float>(float*, const float*, const float*, std::int64_t, cudaStream_t);
+template void rescale_sum_exp<double>(double*, const double*, const double*, std::int64_t, cudaStream_t);
 
 }  // namespace shardex::cuda::kernels

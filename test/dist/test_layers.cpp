@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -851,17 +852,32 @@ TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp)
     for (std::size_t t = 0; t < targets.size(); ++t) targets[t] = static_cast<std::int64_t>(t % 4) + first - 1;
     std::vector<T> mx(targets.size()), se(targets.size()), tl(targets.size()), scale(targets.size(), T(0.25)),
         dl(x.size());
-    Host::row_max(x.data(), mx.data(), rows, cols);
-    Host::sum_exp_and_target(x.data(), targets.data(), mx.data(), se.data(), tl.data(), rows, cols, first);
+    Host::row_max_sum_exp_and_target(x.data(), targets.data(), mx.data(), se.data(), tl.data(), rows, cols, first);
     Host::cross_entropy_backward(x.data(), targets.data(), mx.data(), se.data(), scale.data(), dl.data(), rows, cols,
                                  first);
     int bad = 0;
     for (std::int64_t t = 0; t < rows; ++t) {
       const auto i = static_cast<std::size_t>(t);
-      T s{}, target{};
-      bad += mx[i] != tokens::row_max(x.data() + t * cols, cols);
-      tokens::row_sum_exp_and_target(x.data() + t * cols, cols, first, mx[i], targets[i], &s, &target);
-      bad += !near(se[i], s) + (tl[i] != target);
+      T m{}, s{}, target{};
+      tokens::row_max_sum_exp_and_target(x.data() + t * cols, cols, first, targets[i], &m, &s, &target);
+      bad += (mx[i] != m) + !near(se[i], s) + (tl[i] != target);
+      // The same sum from a larger max (another rank's): rescaled, it is the sum of exp(x - that max).
+      const T other = m + T(1.5);
+      T s_other{}, unused{};
+      tokens::row_sum_exp_and_target(x.data() + t * cols, cols, first, other, targets[i], &s_other, &unused);
+      T rescaled = se[i];
+      Host::rescale_sum_exp(&rescaled, &mx[i], &other, 1);
+      bad += !near(rescaled, s_other);
+    }
+    {  // A rank without columns: max -inf, sum 0, which stays 0 whatever the global max.
+      T m{}, s{T(7)}, target{T(7)};
+      tokens::row_max_sum_exp_and_target(x.data(), 0, first, first, &m, &s, &target);
+      bad += !(std::isinf(m) && m < 0) + (s != T(0)) + (target != T(0));
+      const T global = T(2);
+      Host::rescale_sum_exp(&s, &m, &global, 1);
+      bad += s != T(0);
+      bad += tokens::rescaled_sum_exp(T(0), -std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity()) !=
+             T(0);
     }
     for (std::int64_t i = 0; i < rows * cols; ++i)
       bad += !near(

@@ -72,6 +72,26 @@ SHARDEX_HD inline void row_sum_exp_and_target(const T* row, std::int64_t cols, s
   *target_logit = c < 0 ? T(0) : row[c];
 }
 
+/// One row of logits read once, while it is in cache: its largest value
+/// (into *max, -infinity for an empty row), the sum of exp(x - max) over
+/// this rank's columns (into *sum_exp) and the target's logit as in
+/// row_sum_exp_and_target. Vocab-parallel, each rank's sum is then taken to
+/// the all-reduced max (rescaled_sum_exp) before the SUM all-reduce.
+template <class T, class I>
+SHARDEX_HD inline void row_max_sum_exp_and_target(const T* row, std::int64_t cols, std::int64_t first, I target, T* max,
+                                                  T* sum_exp, T* target_logit) {
+  *max = row_max(row, cols);
+  row_sum_exp_and_target(row, cols, first, *max, target, sum_exp, target_logit);
+}
+
+/// A row's sum of exp(x - local_max) as a sum of exp(x - global_max): times
+/// exp(local_max - global_max); an empty row's zero stays zero (its
+/// local_max is -infinity, as the global one may be).
+template <class T>
+SHARDEX_HD inline T rescaled_sum_exp(T sum_exp, T local_max, T global_max) {
+  return sum_exp == T(0) ? T(0) : sum_exp * math::exp(local_max - global_max);
+}
+
 /// Element i = t * cols + c of cross-entropy's logit gradient on this rank:
 /// (softmax - one-hot of the target) * scale[t], with the row's global max
 /// and sum of exponentials; scale[t] is the loss's gradient over the token

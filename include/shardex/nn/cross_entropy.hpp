@@ -152,14 +152,19 @@ auto evaluate(const CrossEntropy<Logits, Targets>& e) {
   const std::int64_t rows = logits.local_shape()[0], cols = logits.local_shape()[1];
   std::int64_t first = vocab_parallel ? logits.global_offset() : 0;  // (not const: see nn/embedding.hpp)
   trace::Span span(vocab_parallel ? "collective" : "local", "cross_entropy");
-  // The row maxima, then per row the sum of exp(x - max) and the target's logit.
+  // Per row, read once: its max, the sum of exp(x - max) and the target's logit. Vocab-parallel, the
+  // maxima all-reduced, each rank's sums taken to the global max, then summed.
   auto max = Dev::template allocate<T>(rows);
-  Dev::row_max(logits.data(), max.get(), rows, cols);
-  if constexpr (vocab_parallel) logits.comm().all_reduce_max(max.get(), rows);
   auto packed = Dev::template allocate<T>(2 * rows);  // [sum of exp per row | target logit per row]
-  Dev::sum_exp_and_target(logits.data(), targets.data(), max.get(), packed.get(), packed.get() + rows, rows, cols,
-                          first);
-  if constexpr (vocab_parallel) logits.comm().all_reduce(packed.get(), 2 * rows);
+  Dev::row_max_sum_exp_and_target(logits.data(), targets.data(), max.get(), packed.get(), packed.get() + rows, rows,
+                                  cols, first);
+  if constexpr (vocab_parallel) {
+    auto local_max = Dev::template allocate_uninitialized<T>(rows);
+    copy_elements<Dev>(max.get(), local_max.get(), rows);
+    logits.comm().all_reduce_max(max.get(), rows);
+    Dev::rescale_sum_exp(packed.get(), local_max.get(), max.get(), rows);
+    logits.comm().all_reduce(packed.get(), 2 * rows);
+  }
 
   const auto host_max = detail::HostView<T>::template of<Dev>(max.get(), rows);
   const auto host_packed = detail::HostView<T>::template of<Dev>(packed.get(), 2 * rows);

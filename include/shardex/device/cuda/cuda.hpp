@@ -195,15 +195,15 @@ struct Cuda {
                           std::int64_t first_row) {
     cuda::kernels::causal_mask(scores, blocks, rows, cols, first_row, cuda::compute_stream());
   }
-  template <class T>
-  static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols) {
-    cuda::kernels::row_max(logits, max, rows, cols, cuda::compute_stream());
-  }
   template <class T, class I>
-  static void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
-                                 std::int64_t rows, std::int64_t cols, std::int64_t first) {
-    cuda::kernels::sum_exp_and_target(logits, targets, max, sum_exp, target_logit, rows, cols, first,
-                                      cuda::compute_stream());
+  static void row_max_sum_exp_and_target(const T* logits, const I* targets, T* max, T* sum_exp, T* target_logit,
+                                         std::int64_t rows, std::int64_t cols, std::int64_t first) {
+    cuda::kernels::row_max_sum_exp_and_target(logits, targets, max, sum_exp, target_logit, rows, cols, first,
+                                              cuda::compute_stream());
+  }
+  template <class T>
+  static void rescale_sum_exp(T* sum_exp, const T* local_max, const T* global_max, std::int64_t rows) {
+    cuda::kernels::rescale_sum_exp(sum_exp, local_max, global_max, rows, cuda::compute_stream());
   }
   template <class T, class I>
   static void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,

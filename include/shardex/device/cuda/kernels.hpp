@@ -74,13 +74,13 @@ void embedding_backward(T* dtable, const I* ids, const T* g, std::int64_t tokens
 template <class T>
 void causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t cols, std::int64_t first_row,
                  cudaStream_t s);
-/// max[t] = the largest of row t's logits (-inf for an empty row).
-template <class T>
-void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols, cudaStream_t s);
-/// sum_exp[t] and target_logit[t] of row t (tokens::row_sum_exp_and_target).
+/// max[t], sum_exp[t] and target_logit[t] of row t (tokens::row_max_sum_exp_and_target).
 template <class T, class I>
-void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit, std::int64_t rows,
-                        std::int64_t cols, std::int64_t first, cudaStream_t s);
+void row_max_sum_exp_and_target(const T* logits, const I* targets, T* max, T* sum_exp, T* target_logit,
+                                std::int64_t rows, std::int64_t cols, std::int64_t first, cudaStream_t s);
+/// sum_exp[t] taken from local_max[t] to global_max[t] (tokens::rescaled_sum_exp).
+template <class T>
+void rescale_sum_exp(T* sum_exp, const T* local_max, const T* global_max, std::int64_t rows, cudaStream_t s);
 /// dlogits = (softmax - one-hot) * scale per row (tokens::cross_entropy_grad_at).
 template <class T, class I>
 void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,

@@ -189,11 +189,11 @@ struct Host {
   }
   template <class T>
   static void causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::int64_t cols, std::int64_t first_row);
-  template <class T>
-  static void row_max(const T* logits, T* max, std::int64_t rows, std::int64_t cols);
   template <class T, class I>
-  static void sum_exp_and_target(const T* logits, const I* targets, const T* max, T* sum_exp, T* target_logit,
-                                 std::int64_t rows, std::int64_t cols, std::int64_t first);
+  static void row_max_sum_exp_and_target(const T* logits, const I* targets, T* max, T* sum_exp, T* target_logit,
+                                         std::int64_t rows, std::int64_t cols, std::int64_t first);
+  template <class T>
+  static void rescale_sum_exp(T* sum_exp, const T* local_max, const T* global_max, std::int64_t rows);
   template <class T, class I>
   static void cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
                                      T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first);
