@@ -154,7 +154,7 @@ struct CausalShapes {
   /// begin among all of them (sequence-major, then block, then as a block
   /// holds them: (hq, nb, r1)); `pairs` is computed_pairs().
   [[nodiscard]] std::int64_t kept_at(std::int64_t b, std::int64_t r0, std::int64_t pairs) const {
-    const std::int64_t full = std::min(r0, seq) / rows_per_block;  // whole blocks before r0, each nb = rows_per_block
+    const std::int64_t full = r0 / rows_per_block;  // whole blocks before r0, each nb = rows_per_block
     const std::int64_t before = rows_per_block * rows_per_block * full * (full + 1) / 2;  // sum of nb * r1 over them
     return hq * (b * pairs + before);
   }

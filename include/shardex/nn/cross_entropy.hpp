@@ -154,8 +154,9 @@ auto evaluate(const CrossEntropy<Logits, Targets>& e) {
   trace::Span span(vocab_parallel ? "collective" : "local", "cross_entropy");
   // Per row, read once: its max, the sum of exp(x - max) and the target's logit. Vocab-parallel, the
   // maxima all-reduced, each rank's sums taken to the global max, then summed.
-  auto max = Dev::template allocate<T>(rows);
-  auto packed = Dev::template allocate<T>(2 * rows);  // [sum of exp per row | target logit per row]
+  // (Both written whole below: no zeros first.)
+  auto max = Dev::template allocate_uninitialized<T>(rows);
+  auto packed = Dev::template allocate_uninitialized<T>(2 * rows);  // [sum of exp per row | target logit per row]
   Dev::row_max_sum_exp_and_target(logits.data(), targets.data(), max.get(), packed.get(), packed.get() + rows, rows,
                                   cols, first);
   if constexpr (vocab_parallel) {
