@@ -5,13 +5,15 @@
 // and over in cache (how the floor of bench_gpt2_step is measured): what the
 // weights' coming from memory costs each kernel.
 //
-//   mpirun -n 2 build/bench/bench_gemm_shapes [--batch 4 --seq 64 --width 768 --vocab 50257 --repeats 4]
+//   mpirun -n 2 build/bench/bench_gemm_shapes [--batch 4 --seq 64 --width 768 --heads 12 --vocab 50257 --repeats 4]
 //
 // The shapes are one rank's at this world size, the columns (heads, MLP,
 // vocabulary) split evenly: the forward's q/k/v, output, MLP and logits
 // products (NN, and the logits NT against the tied table), the backward's
 // input gradients (NT; the table's NN) and weight gradients (TN, added to the
-// gradient, beta 1). "cold": every repeat goes through `--copies` different
+// gradient, beta 1); and attention's per-head products (a block of up to 64
+// query rows: the scores against the keys (NT), the probabilities times V
+// (NN), V's gradient (TN, beta 1)), each head's K or V a "weight". "cold": every repeat goes through `--copies` different
 // weights and outputs (as many as the model has layers; the table's product
 // two), so the weights come from memory as in a step; "hot": one set, the
 // same product over and over. Every rank runs at once (the other core busy
@@ -76,7 +78,7 @@ double rate(const mpi::Communicator& comm, const Product& p, host::GemmKernel ke
 int main(int argc, char** argv) {
   mpi::Environment env(argc, argv);
   auto comm = mpi::Communicator::world();
-  std::int64_t batch = 4, seq = 64, width = 768, vocab = 50257, layers = 12, repeats = 4;
+  std::int64_t batch = 4, seq = 64, width = 768, heads = 12, vocab = 50257, layers = 12, repeats = 4;
   CLI::App app("bench_gemm_shapes: a GPT-2 step's matrix products through each host GEMM kernel, cold and hot",
                "bench_gemm_shapes");
   command_line::configure(app);
@@ -84,6 +86,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "sequences per batch")->transform(integer(1, 1 << 16));
   app.add_option("--seq", seq, "tokens per sequence")->transform(integer(1, 1 << 16));
   app.add_option("--width", width, "model width")->transform(integer(1, 1 << 16));
+  app.add_option("--heads", heads, "attention heads (split over the ranks; width / heads per head)")
+      ->transform(integer(1, 1 << 12));
   app.add_option("--vocab", vocab, "vocabulary (split over the ranks)")->transform(integer(1, 1 << 24));
   app.add_option("--copies", layers, "weights cycled through when cold (the layers)")->transform(integer(1, 1024));
   app.add_option("--repeats", repeats, "measured passes over the copies (the median is reported)")
@@ -93,6 +97,9 @@ int main(int argc, char** argv) {
     const std::int64_t n = comm.size(), t = batch * seq;
     const auto part = [&](std::int64_t cols) { return std::max<std::int64_t>(1, (cols + n - 1) / n); };
     const std::int64_t qkv = part(3 * width), attn = part(width), ffn = part(4 * width), rows = part(vocab);
+    // One layer's heads on a rank (each sequence's), a block of query rows, a head's size.
+    const std::int64_t head_copies = batch * part(heads), block = std::min<std::int64_t>(seq, 64),
+                       dh = std::max<std::int64_t>(1, width / heads);
     const std::vector<Product> products = {
         {"forward qkv", t, width, qkv, false, false, 0.0f, layers},
         {"forward output", t, attn, width, false, false, 0.0f, layers},
@@ -106,6 +113,9 @@ int main(int argc, char** argv) {
         {"backward qkv dw", width, t, qkv, true, false, 1.0f, layers},
         {"backward mlp in dw", width, t, ffn, true, false, 1.0f, layers},
         {"backward mlp out dw", ffn, t, width, true, false, 1.0f, layers},
+        {"attention scores", block, dh, seq, false, true, 0.0f, head_copies},
+        {"attention apply", block, seq, dh, false, false, 0.0f, head_copies},
+        {"attention dv", seq, block, dh, true, false, 1.0f, head_copies},
     };
     for (const Product& p : products)
       for (const host::GemmKernel kernel : {host::GemmKernel::eigen, host::GemmKernel::blas, host::GemmKernel::own}) {

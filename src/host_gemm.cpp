@@ -210,14 +210,18 @@ int type_of_class(int cls) { return cls / (n_trans * n_sizes); }
 // Where a class's time (or rate) of kernel k is kept: n_kernels per class.
 std::size_t at(int cls, int k) { return static_cast<std::size_t>(n_kernels * cls + k); }
 // Whether kernel k competes for class cls (is timed, tuned, chosen): one that
-// runs the class's element type, shardex's for the NN classes only. It runs
-// any transposition (gemm_with), but in GPT-2 small's step its NT and TN
-// products, chosen from the tuning steps' rates, made the backward 5-8 %
-// slower than OpenBLAS's (bench/RESULTS.md, "shardex's own kernel").
+// runs the class's element type, shardex's for the NN classes and the small
+// and medium ones of every transposition. It runs any transposition
+// (gemm_with), but in GPT-2 small's step its large NT and TN products, chosen
+// from the tuning steps' rates, made the backward 5-8 % slower than
+// OpenBLAS's (bench/RESULTS.md, "shardex's own kernel"); its small products
+// (attention's heads) skip the packing that costs the others most there
+// ("Attention's small products").
 bool candidate(int k, int cls) {
   const auto kernel = static_cast<host::GemmKernel>(k);
-  const bool nn = (cls / n_sizes) % n_trans == 0;
-  return host::kernel_available(kernel, type_of_class(cls) == 0 ? 4 : 8) && (kernel != host::GemmKernel::own || nn);
+  const bool nn = (cls / n_sizes) % n_trans == 0, small = cls % n_sizes <= 1;
+  return host::kernel_available(kernel, type_of_class(cls) == 0 ? 4 : 8) &&
+         (kernel != host::GemmKernel::own || nn || small);
 }
 // Whether the start-up timing times kernel k on class cls: a candidate of a
 // class that has another (a class with one runs it untimed).
@@ -326,7 +330,8 @@ std::string cache_key() {
   correct_blas_core();
   blas += std::string(" ") + openblas_get_corename();  // times of other kernels are not these
 #endif
-  const std::string own = host::detail::own_gemm_available() ? " vs shardex" : "";
+  // (the classes shardex's kernel competes for are part of what the times are)
+  const std::string own = host::detail::own_gemm_available() ? " vs shardex (NN, small, medium)" : "";
   return blas + " vs eigen" + own + "; " + classes + std::to_string(n_classes) + " classes; " +
          std::to_string(host::threads()) + " thread(s);" + cpu;
 }

@@ -12,7 +12,9 @@
 //   into C does (a step's outputs are new, cold memory);
 // - op(A) is packed once per block into 8-row panels, op(B) into 48-column
 //   panels (both transposed by 16 x 16 register tiles where they are stored
-//   the other way), and an 8 x 48 tile of C lives in 24 AVX-512 registers.
+//   the other way), and an 8 x 48 tile of C lives in 24 AVX-512 registers;
+// - products of at most 256 columns and 1024 deep (attention's heads) take a
+//   path of their own, below (small_product).
 // AVX-512F only (checked at run time); float only; one thread.
 #include "host_own_gemm.hpp"
 
@@ -44,6 +46,9 @@ constexpr int MR = 8;           // rows of a C tile (and of an op(A) panel)
 constexpr int NR = 48;          // columns of a C tile: three 16-float registers
 constexpr I KC = 768;           // k per block: an op(B) panel of 144 KiB, kept in L2
 constexpr I A_BLOCK = 1 << 18;  // floats of packed op(A) per block (1 MiB)
+constexpr I SMALL_N = 256;      // the widest op(B) the small path takes
+constexpr I SMALL_K = 1024;     // the deepest (op(B) at most 1 MiB)
+constexpr int SMALL_MR = 4;
 
 #define SHARDEX_AVX512 __attribute__((target("avx512f")))
 
@@ -189,6 +194,7 @@ struct Buffers {
   ~Buffers() {
     std::free(a);
     std::free(b);
+    std::free(small_b);
   }
   float* panel_a(I floats) {
     if (floats > a_floats) {
@@ -199,12 +205,106 @@ struct Buffers {
     }
     return a;
   }
+  float* small_b = nullptr;
+  float* panel_small_b() {
+    if (small_b == nullptr)
+      small_b = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(SMALL_K * SMALL_N) * 4));
+    if (small_b == nullptr) throw std::bad_alloc();
+    return small_b;
+  }
   float* panel_b() {
     if (b == nullptr) b = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(KC * NR) * 4));
     if (b == nullptr) throw std::bad_alloc();
     return b;
   }
 };
+
+// Small products (attention's heads: 64 x 64 x 64 in GPT-2 small's step at
+// 4 x 64, n = r1 <= 256 keys at 4 x 256), where packing op(A) and 48-column
+// panels of op(B) cost as much as the arithmetic and a panel of 48 wastes a
+// third of its tile at n = 64: op(B) is copied once into rows of n (padded to
+// 16; transposed by 16 x 16 tiles where stored the other way), op(A) is read
+// in place one value at a time, and a 4 x 64 tile of C lives in 16 registers.
+
+// op(B)[0 .. k, 0 .. n] into bp[kk * np + c], np = n rounded up to 16, zero past n.
+SHARDEX_AVX512 void pack_b_rows(const float* b, I ldb, bool tb, I n, I k, I np, float* bp) {
+  if (!tb) {
+    for (I kk = 0; kk < k; ++kk)
+      for (I c = 0; c < np; c += 16)
+        _mm512_store_ps(bp + kk * np + c, _mm512_maskz_loadu_ps(lanes(n - c), b + kk * ldb + c));
+    return;
+  }
+  for (I c = 0; c < np; c += 16)  // op(B)[kk, c] = b[c * ldb + kk]: 16 rows of b at a time, transposed
+    for (I kk = 0; kk < k; kk += 16) {
+      const I kn = std::min<I>(16, k - kk);
+      __m512 col[16];
+      transpose16(b + c * ldb + kk, ldb, std::min<I>(16, n - c), kn, col);
+      for (I t = 0; t < kn; ++t) _mm512_store_ps(bp + (kk + t) * np + c, col[t]);
+    }
+}
+
+// C[i0 .. i0 + rows, j .. j + cols] (rows <= 4, cols <= 16 NV) = alpha op(A) bp + beta C.
+template <int NV>
+SHARDEX_AVX512 void small_tile(const float* a, I lda, bool ta, I i0, I rows, I k, const float* __restrict bp, I np,
+                               float* c, I ldc, I cols, float alpha, float beta) {
+  __m512 acc[SMALL_MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < SMALL_MR; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) acc[r][q] = _mm512_setzero_ps();
+  // Row r's op(A)[i0 + r, kk] at ar[r] + kk * as; a row past m reads row i0's (its sums are not stored).
+  const I as = ta ? lda : 1, rs = ta ? 1 : lda;
+  const float* ar[SMALL_MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < SMALL_MR; ++r) ar[r] = a + (i0 + (r < rows ? r : 0)) * rs;
+  for (I kk = 0; kk < k; ++kk, bp += np) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int q = 0; q < NV; ++q) bv[q] = _mm512_load_ps(bp + 16 * q);
+#pragma GCC unroll 8
+    for (int r = 0; r < SMALL_MR; ++r) {
+      const __m512 av = _mm512_set1_ps(ar[r][kk * as]);
+#pragma GCC unroll 4
+      for (int q = 0; q < NV; ++q) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (I r = 0; r < rows; ++r)
+    for (int q = 0; q < NV; ++q) {
+      const __mmask16 mk = lanes(cols - 16 * q);
+      float* cp = c + (i0 + r) * ldc + 16 * q;
+      __m512 v = _mm512_mul_ps(va, acc[r][q]);
+      if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, cp), v);
+      _mm512_mask_storeu_ps(cp, mk, v);
+    }
+}
+
+SHARDEX_AVX512 void small_product(I m, I n, I k, bool ta, bool tb, const float* a, I lda, const float* b, I ldb,
+                                  float* c, I ldc, float alpha, float beta, float* bp) {
+  const I np = (n + 15) / 16 * 16;
+  pack_b_rows(b, ldb, tb, n, k, np, bp);
+  for (I j = 0; j < n; j += 64) {
+    const I cols = std::min<I>(64, n - j);
+    for (I i = 0; i < m; i += SMALL_MR) {
+      const I rows = std::min<I>(SMALL_MR, m - i);
+      float* cj = c + j;
+      switch ((cols + 15) / 16) {
+        case 1:
+          small_tile<1>(a, lda, ta, i, rows, k, bp + j, np, cj, ldc, cols, alpha, beta);
+          break;
+        case 2:
+          small_tile<2>(a, lda, ta, i, rows, k, bp + j, np, cj, ldc, cols, alpha, beta);
+          break;
+        case 3:
+          small_tile<3>(a, lda, ta, i, rows, k, bp + j, np, cj, ldc, cols, alpha, beta);
+          break;
+        default:
+          small_tile<4>(a, lda, ta, i, rows, k, bp + j, np, cj, ldc, cols, alpha, beta);
+          break;
+      }
+    }
+  }
+}
 
 SHARDEX_AVX512 void one_product(I m, I n, I k, bool ta, bool tb, const float* a, I lda, const float* b, I ldb, float* c,
                                 I ldc, float alpha, float beta) {
@@ -214,6 +314,10 @@ SHARDEX_AVX512 void one_product(I m, I n, I k, bool ta, bool tb, const float* a,
     return;
   }
   static thread_local Buffers buffers;
+  if (n <= SMALL_N && k <= SMALL_K) {
+    small_product(m, n, k, ta, tb, a, lda, b, ldb, c, ldc, alpha, beta, buffers.panel_small_b());
+    return;
+  }
   float* bp = buffers.panel_b();
   for (I k0 = 0; k0 < k; k0 += KC) {
     const I kc = std::min(KC, k - k0);

@@ -145,9 +145,12 @@ TEST_CASE("Host::gemm through the BLAS equals the definition (transpositions, st
   CHECK(worst_difference<float>() < 1e-5);
 }
 
-// shardex's kernel (src/host_own_gemm.cpp) also on products of more than one
-// k block (768) and one block of packed rows (336 at k 768), whose tiles end
-// inside rows and columns; double under SHARDEX_GEMM=shardex runs Eigen's.
+// shardex's kernel (src/host_own_gemm.cpp) on its two paths: the small
+// products' (op(B) at most 256 columns and 1024 deep: the default sizes, one
+// 256 wide and 1024 deep, columns past 64 and tiles ending inside rows and
+// columns), and the packed panels' (wider or deeper: more than one k block
+// (768) and one block of packed rows (336 at k 768), whose tiles end inside
+// rows and columns); double under SHARDEX_GEMM=shardex runs Eigen's.
 TEST_CASE("Host::gemm through shardex's kernel equals the definition (transpositions, strides, batches, blocks)" *
           doctest::skip(!host::kernel_available(host::GemmKernel::own, 4))) {
   const GemmOverride own("shardex");
@@ -155,7 +158,8 @@ TEST_CASE("Host::gemm through shardex's kernel equals the definition (transposit
   CHECK(host::gemm_kernel(GemmShape::plain(64, 64, 64), 8) == host::GemmKernel::eigen);
   CHECK(worst_difference<float>() < 1e-5);
   // k up to 1600: float sums in another order than the reference's differ by some k x 2^-24.
-  CHECK(worst_difference<float>({{344, 800, 50}, {9, 1600, 97}}) < 4e-5);
+  CHECK(worst_difference<float>({{6, 1024, 256}, {67, 64, 65}, {5, 300, 200}}) < 4e-5);
+  CHECK(worst_difference<float>({{344, 1100, 20}, {9, 1600, 97}, {37, 100, 300}}) < 4e-5);
   CHECK(worst_difference<double>() < 1e-13);
 }
 
@@ -202,8 +206,11 @@ TEST_CASE(
     if (c.measured) {
       CHECK(k.eigen_gflops > 0);
       CHECK((k.blas_gflops > 0) == host::have_blas());
-      // shardex's competes for the NN classes (src/host_gemm.cpp: in the step its NT and TN products lost).
-      CHECK((k.own_gflops > 0) == (host::kernel_available(host::GemmKernel::own, k.element_bytes) && !k.ta && !k.tb));
+      // shardex's competes for the NN classes and every small and medium one (src/host_gemm.cpp: in the
+      // step its large NT and TN products lost).
+      const bool small = std::string(k.size) == "small" || std::string(k.size) == "medium";
+      CHECK((k.own_gflops > 0) ==
+            (host::kernel_available(host::GemmKernel::own, k.element_bytes) && ((!k.ta && !k.tb) || small)));
       // The fastest, but the BLAS's unless another is more than 5 % faster (src/host_gemm.cpp: the BLAS
       // reads cold operands better than Eigen's kernel).
       host::GemmKernel fastest = host::GemmKernel::eigen;
@@ -399,38 +406,42 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
           doctest::skip(!host::have_blas() || test::sanitized)) {
   const auto& w = world();
   const GemmOverride automatic("auto");
-  // float NN huge (256 x 1000 x 768: at k 768 Eigen's and shardex's sum alike) and float NN medium
-  // (48 x 800 x 48, no rows on rank 1): the kernels' results differ there, so each step shows which ran.
-  // float TN small: only a product with k = 0. float NT medium (64^3): shardex's does not compete for
-  // it, so in shardex's steps it runs its class's kernel, untimed.
-  const TunedProduct huge(GemmShape::plain(256, 1000, 768)), medium(GemmShape::plain(w.rank() == 1 ? 0 : 48, 800, 48)),
-      no_k(GemmShape::plain(64, 64, 0, true, false)), nt(GemmShape::plain(64, 64, 64, false, true));
+  // float NN huge (256 x 1000 x 768: at k 768 Eigen's and shardex's sum alike), float NN medium
+  // (48 x 1100 x 48, no rows on rank 1) and float NT medium (40 x 1100 x 40; all three compete for the
+  // medium classes): the kernels' results differ there (shardex's sums k in blocks of 768 beyond 1024),
+  // so each step shows which ran. float TN small: only a product with k = 0. float NT large (200^3):
+  // shardex's does not compete for it, so in shardex's steps it runs its class's kernel, untimed.
+  const TunedProduct huge(GemmShape::plain(256, 1000, 768)), medium(GemmShape::plain(w.rank() == 1 ? 0 : 48, 1100, 48)),
+      no_k(GemmShape::plain(64, 64, 0, true, false)), scores(GemmShape::plain(40, 1100, 40, false, true)),
+      nt(GemmShape::plain(200, 200, 200, false, true));
   REQUIRE(kernels_differ_on(huge));
   if (w.rank() != 1) REQUIRE(kernels_differ_on(medium));
+  REQUIRE(kernels_differ_on(scores));
   REQUIRE(nt.run_with(host::GemmKernel::eigen) != nt.run_with(host::GemmKernel::blas));
   const bool own = host::kernel_available(host::GemmKernel::own, 4);
   const int steps = own ? 6 : 4;  // each kernel two steps
   const host::GemmChoice before = host::gemm_kernels();
   CHECK(before.tuned_steps == 0);
-  const host::GemmKernel nt_kernel = class_named(before, 4, false, true, "medium").kernel;
+  const host::GemmKernel nt_kernel = class_named(before, 4, false, true, "large").kernel;
   int step = 0, forced_kernel_ran = 0;
   host::tune_gemm_kernels(w, steps, [&] {  // over a communicator (device/host/gemm_tuning.hpp)
     const host::GemmKernel forced = host::tuning_kernel(step);
-    for (const TunedProduct* p : {&huge, &medium, &no_k}) forced_kernel_ran += p->run() == p->run_with(forced) ? 1 : 0;
+    for (const TunedProduct* p : {&huge, &medium, &no_k, &scores})
+      forced_kernel_ran += p->run() == p->run_with(forced) ? 1 : 0;
     forced_kernel_ran += nt.run() == nt.run_with(forced == host::GemmKernel::own ? nt_kernel : forced) ? 1 : 0;
     ++step;
   });
   CHECK(step == steps);
-  CHECK(forced_kernel_ran == 4 * steps);
+  CHECK(forced_kernel_ran == 5 * steps);
   const host::GemmChoice tuned = host::gemm_kernels();
   CHECK(tuned.tuned_steps == steps);
   for (const auto* k : {&class_named(tuned, 4, false, false, "huge"), &class_named(tuned, 4, false, false, "medium"),
-                        &class_named(tuned, 4, false, true, "medium")}) {
+                        &class_named(tuned, 4, false, true, "medium"), &class_named(tuned, 4, false, true, "large")}) {
     CAPTURE(std::string(k->size));
     CAPTURE(k->tb);
     CHECK(k->tuned_eigen_gflops > 0);
     CHECK(k->tuned_blas_gflops > 0);
-    CHECK((k->tuned_own_gflops > 0) == (own && !k->tb));
+    CHECK((k->tuned_own_gflops > 0) == (own && (!k->tb || std::string(k->size) == "medium")));
     CHECK(k->kernel == highest_tuned(*k));
   }
   // A product of a tuned class now runs its class's new kernel.
@@ -469,11 +480,11 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
 }
 
 // With 2 steps and three kernels shardex's runs none: the NN classes it competes for keep their
-// kernel, an NT class (Eigen's and the BLAS's only) is chosen again.
+// kernel, a large NT class (Eigen's and the BLAS's only) is chosen again.
 TEST_CASE("tune_gemm_kernels chooses a class again only when every kernel competing for it ran" *
           doctest::skip(!host::have_blas() || !host::kernel_available(host::GemmKernel::own, 4) || test::sanitized)) {
   const GemmOverride automatic("auto");
-  const TunedProduct huge(GemmShape::plain(256, 1000, 768)), nt(GemmShape::plain(64, 64, 64, false, true));
+  const TunedProduct huge(GemmShape::plain(256, 1000, 768)), nt(GemmShape::plain(200, 200, 200, false, true));
   const host::GemmChoice before = host::gemm_kernels();
   host::tune_gemm_kernels(agreement(), 2, [&] {
     CHECK_FALSE(huge.run().empty());
@@ -484,7 +495,7 @@ TEST_CASE("tune_gemm_kernels chooses a class again only when every kernel compet
   CHECK(nn.kernel == class_named(before, 4, false, false, "huge").kernel);
   CHECK(nn.tuned_eigen_gflops == 0);
   CHECK(nn.tuned_own_gflops == 0);
-  const auto& k = class_named(tuned, 4, false, true, "medium");
+  const auto& k = class_named(tuned, 4, false, true, "large");
   CHECK(k.tuned_eigen_gflops > 0);
   CHECK(k.tuned_blas_gflops > 0);
   CHECK(k.tuned_own_gflops == 0);
