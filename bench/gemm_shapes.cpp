@@ -92,14 +92,18 @@ int main(int argc, char** argv) {
   app.add_option("--copies", layers, "weights cycled through when cold (the layers)")->transform(integer(1, 1024));
   app.add_option("--repeats", repeats, "measured passes over the copies (the median is reported)")
       ->transform(integer(1, 1000));
+  app.callback([&] {
+    if (width % heads != 0)
+      throw CLI::ValidationError("--width " + std::to_string(width) + " is not a multiple of --heads " +
+                                 std::to_string(heads));
+  });
   if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
   return command_line::run("bench_gemm_shapes", comm.rank(), [&] {
     const std::int64_t n = comm.size(), t = batch * seq;
     const auto part = [&](std::int64_t cols) { return std::max<std::int64_t>(1, (cols + n - 1) / n); };
     const std::int64_t qkv = part(3 * width), attn = part(width), ffn = part(4 * width), rows = part(vocab);
     // One layer's heads on a rank (each sequence's), a block of query rows, a head's size.
-    const std::int64_t head_copies = batch * part(heads), block = std::min<std::int64_t>(seq, 64),
-                       dh = std::max<std::int64_t>(1, width / heads);
+    const std::int64_t head_copies = batch * part(heads), block = std::min<std::int64_t>(seq, 64), dh = width / heads;
     const std::vector<Product> products = {
         {"forward qkv", t, width, qkv, false, false, 0.0f, layers},
         {"forward output", t, attn, width, false, false, 0.0f, layers},
