@@ -13,10 +13,11 @@
 // input gradients (NT; the table's NN) and weight gradients (TN, added to the
 // gradient, beta 1); and attention's per-head products (a block of up to 64
 // query rows: the scores against the keys (NT), the probabilities times V
-// (NN), V's gradient (TN, beta 1)), each head's K or V a "weight". "cold": every repeat goes through `--copies` different
-// weights and outputs (as many as the model has layers; the table's product
-// two), so the weights come from memory as in a step; "hot": one set, the
-// same product over and over. Every rank runs at once (the other core busy
+// (NN), V's gradient (TN, beta 1)), each head's K or V a "weight". "cold":
+// every repeat goes through `--copies` different weights and outputs (as
+// many as the model has layers; the table's product two; attention's, one
+// layer's heads), so the weights come from memory as in a step; "hot": one
+// set, the same product over and over. Every rank runs at once (the other core busy
 // as in a step). Prints one JSON object per shape and kernel: GFLOP/s per
 // rank, cold and hot, the median over the repeats of the slowest rank.
 #include <mpi.h>

@@ -216,7 +216,10 @@ std::size_t at(int cls, int k) { return static_cast<std::size_t>(n_kernels * cls
 // from the tuning steps' rates, made the backward 5-8 % slower than
 // OpenBLAS's (bench/RESULTS.md, "shardex's own kernel"); its small products
 // (attention's heads) skip the packing that costs the others most there
-// ("Attention's small products").
+// ("Attention's small products"). The path is the shape's, the choice the
+// class's: a small or medium product deeper than 1024 or wider than 256
+// takes the panels' path, a large NN one of at most 256 columns the small
+// one; the tuning times them as they run.
 bool candidate(int k, int cls) {
   const auto kernel = static_cast<host::GemmKernel>(k);
   const bool nn = (cls / n_sizes) % n_trans == 0, small = cls % n_sizes <= 1;
@@ -330,8 +333,13 @@ std::string cache_key() {
   correct_blas_core();
   blas += std::string(" ") + openblas_get_corename();  // times of other kernels are not these
 #endif
-  // (the classes shardex's kernel competes for are part of what the times are)
-  const std::string own = host::detail::own_gemm_available() ? " vs shardex (NN, small, medium)" : "";
+  // The classes shardex's kernel competes for are part of what the times are: one digit per class.
+  std::string own;
+  if (host::detail::own_gemm_available()) {
+    own = " vs shardex on ";
+    for (int cls = 0; cls < n_classes; ++cls)
+      own += candidate(static_cast<int>(host::GemmKernel::own), cls) ? '1' : '0';
+  }
   return blas + " vs eigen" + own + "; " + classes + std::to_string(n_classes) + " classes; " +
          std::to_string(host::threads()) + " thread(s);" + cpu;
 }
@@ -696,8 +704,8 @@ void Host::gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* 
   Tuning& tune = tuning();
   const int forced = tune.forced.load(std::memory_order_relaxed);
   // k 0: C = beta C, no product to time (it would count as 0 flops); a kernel that does not compete
-  // for the class (shardex's for double, or for NT): the class's choice, untimed. The class is worked
-  // out only while tuning: the usual product asks gemm_kernel alone.
+  // for the class (shardex's for double, or for the large and huge NT, TN, TT): the class's choice,
+  // untimed. The class is worked out only while tuning: the usual product asks gemm_kernel alone.
   const int cls = forced < 0 || g.k == 0 ? -1 : class_of(sizeof(T) == 8 ? 1 : 0, g.ta, g.tb, size_class(g));
   if (cls < 0 || !candidate(forced, cls)) {
     run_kernel(host::gemm_kernel(g, sizeof(T)), g, alpha, a, b, beta, c);

@@ -183,11 +183,14 @@ SHARDEX_AVX512 void tile(const float* __restrict ap, const float* __restrict bp,
     }
 }
 
-// The packing buffers, one pair per thread, grown as needed.
+// The packing buffers of a thread: op(A)'s panels and the small products'
+// rows of op(B), grown as needed, and one op(B) panel.
 struct Buffers {
   float* a = nullptr;
   I a_floats = 0;
   float* b = nullptr;
+  float* small_b = nullptr;
+  I small_b_floats = 0;
   Buffers() = default;
   Buffers(const Buffers&) = delete;
   Buffers& operator=(const Buffers&) = delete;
@@ -196,22 +199,17 @@ struct Buffers {
     std::free(b);
     std::free(small_b);
   }
-  float* panel_a(I floats) {
-    if (floats > a_floats) {
-      std::free(a);
-      a = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((floats + 15) / 16 * 64)));
-      a_floats = a == nullptr ? 0 : floats;
-      if (a == nullptr) throw std::bad_alloc();
+  static float* grown(float*& p, I& have, I floats) {
+    if (floats > have) {
+      std::free(p);
+      p = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>((floats + 15) / 16 * 64)));
+      have = p == nullptr ? 0 : floats;
+      if (p == nullptr) throw std::bad_alloc();
     }
-    return a;
+    return p;
   }
-  float* small_b = nullptr;
-  float* panel_small_b() {
-    if (small_b == nullptr)
-      small_b = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(SMALL_K * SMALL_N) * 4));
-    if (small_b == nullptr) throw std::bad_alloc();
-    return small_b;
-  }
+  float* panel_a(I floats) { return grown(a, a_floats, floats); }
+  float* rows_b(I floats) { return grown(small_b, small_b_floats, floats); }
   float* panel_b() {
     if (b == nullptr) b = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(KC * NR) * 4));
     if (b == nullptr) throw std::bad_alloc();
@@ -219,8 +217,8 @@ struct Buffers {
   }
 };
 
-// Small products (attention's heads: 64 x 64 x 64 in GPT-2 small's step at
-// 4 x 64, n = r1 <= 256 keys at 4 x 256), where packing op(A) and 48-column
+// Small products (attention's heads, include/shardex/nn/causal_attention.hpp:
+// 64 x 64 x 64 in GPT-2 small's step at 4 x 64, up to 256 keys at 4 x 256), where packing op(A) and 48-column
 // panels of op(B) cost as much as the arithmetic and a panel of 48 wastes a
 // third of its tile at n = 64: op(B) is copied once into rows of n (padded to
 // 16; transposed by 16 x 16 tiles where stored the other way), op(A) is read
@@ -315,7 +313,7 @@ SHARDEX_AVX512 void one_product(I m, I n, I k, bool ta, bool tb, const float* a,
   }
   static thread_local Buffers buffers;
   if (n <= SMALL_N && k <= SMALL_K) {
-    small_product(m, n, k, ta, tb, a, lda, b, ldb, c, ldc, alpha, beta, buffers.panel_small_b());
+    small_product(m, n, k, ta, tb, a, lda, b, ldb, c, ldc, alpha, beta, buffers.rows_b(k * ((n + 15) / 16 * 16)));
     return;
   }
   float* bp = buffers.panel_b();
