@@ -114,10 +114,9 @@ auto evaluate(const MatMul<A, B>& e) {
     autodiff::add_input(inputs, b.node());
     out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
       if (a.node()) {  // da = g b^T, layout dual(A)
-        auto da = Tensor<T, dual_t<typename decltype(a)::layout_type>, Dev>::empty(
-            a.comm(), a.shape(), dual_mapping<typename decltype(a)::layout_type>(a.mapping()));
-        Dev::gemm(GemmShape::plain(m, n, k, false, true), T(1), g.data(), b.data(), T(0), da.data());
-        a.node()->accumulate(da);
+        a.node()->accumulate_product([&](T* da, T beta) {
+          Dev::gemm(GemmShape::plain(m, n, k, false, true), T(1), g.data(), b.data(), beta, da);
+        });
       }
       if (b.node()) {  // db = a^T g, layout dual(B)
         b.node()->accumulate_product([&](T* db, T beta) {
@@ -164,10 +163,9 @@ auto evaluate(const MatMul<A, Transpose<E>>& e) {
     autodiff::add_input(inputs, b.node());
     out.record("matmul", std::move(inputs), [a, b, m, k, n](const Tensor<T, dual_t<L>, Dev>& g) {
       if (a.node()) {  // da = g b (g: m x n, b: n x k), layout dual(A)
-        auto da = Tensor<T, dual_t<typename decltype(a)::layout_type>, Dev>::empty(
-            a.comm(), a.shape(), dual_mapping<typename decltype(a)::layout_type>(a.mapping()));
-        Dev::gemm(GemmShape::plain(m, n, k), T(1), g.data(), b.data(), T(0), da.data());
-        a.node()->accumulate(da);
+        a.node()->accumulate_product([&](T* da, T beta) {
+          Dev::gemm(GemmShape::plain(m, n, k), T(1), g.data(), b.data(), beta, da);
+        });
       }
       if (b.node()) {  // db = g^T a (n x k, b's own shape), layout dual(E)
         b.node()->accumulate_product([&](T* db, T beta) {

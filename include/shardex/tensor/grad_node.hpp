@@ -107,11 +107,18 @@ public:
   }
 
   /// grad += a product that `write_into(p, beta)` writes at p as a GEMM
-  /// does (p = beta p + the product): into the zeroed storage an optimizer
-  /// left (beta 1, the same values as beta 0 into fresh storage), else into
-  /// fresh storage (beta 0) that is then accumulated.
+  /// does (p = beta p + the product): into a sum nobody else holds, where
+  /// accumulate would add in place (beta 1: no fresh storage, no second pass
+  /// adding it; the three input gradients of attention's q, k and v
+  /// products into their shared input's), or into the zeroed storage an
+  /// optimizer left (beta 1, the same values as beta 0 into fresh storage),
+  /// else into fresh storage (beta 0) that is then accumulated.
   template <class WriteInto>
   void accumulate_product(WriteInto&& write_into) {
+    if (grad && (is_leaf() || grad->owns_storage_alone())) {
+      write_into(grad->data(), T(1));
+      return;
+    }
     if (!grad && zeroed) {
       write_into(zeroed->data(), T(1));  // (adopted once written: a throw leaves no partial gradient)
       adopt_zeroed();
