@@ -17,8 +17,8 @@
 // every repeat goes through `--copies` different weights and outputs (as
 // many as the model has layers; the table's product two; attention's, one
 // layer's heads), so the weights come from memory as in a step; "hot": one
-// set, the same product over and over. Every rank runs at once (the other core busy
-// as in a step). Prints one JSON object per shape and kernel: GFLOP/s per
+// set, the same product over and over. Every rank runs at once (the other
+// core busy as in a step). Prints one JSON object per shape and kernel: GFLOP/s per
 // rank, cold and hot, the median over the repeats of the slowest rank.
 #include <mpi.h>
 

@@ -218,9 +218,9 @@ struct Buffers {
 };
 
 // Small products (attention's heads, include/shardex/nn/causal_attention.hpp:
-// 64 x 64 x 64 in GPT-2 small's step at 4 x 64, up to 256 keys at 4 x 256), where packing op(A) and 48-column
-// panels of op(B) cost as much as the arithmetic and a panel of 48 wastes a
-// third of its tile at n = 64: op(B) is copied once into rows of n (padded to
+// 64 x 64 x 64 in GPT-2 small's step at 4 x 64, up to 256 keys at 4 x 256),
+// where packing op(A) and 48-column panels of op(B) cost as much as the
+// arithmetic and a panel of 48 wastes a third of its tile at n = 64: op(B) is copied once into rows of n (padded to
 // 16; transposed by 16 x 16 tiles where stored the other way), op(A) is read
 // in place one value at a time, and a 4 x 64 tile of C lives in 16 registers.
 
@@ -278,8 +278,9 @@ SHARDEX_AVX512 void small_tile(const float* a, I lda, bool ta, I i0, I rows, I k
 }
 
 SHARDEX_AVX512 void small_product(I m, I n, I k, bool ta, bool tb, const float* a, I lda, const float* b, I ldb,
-                                  float* c, I ldc, float alpha, float beta, float* bp) {
+                                  float* c, I ldc, float alpha, float beta, Buffers& buffers) {
   const I np = (n + 15) / 16 * 16;
+  float* bp = buffers.rows_b(k * np);
   pack_b_rows(b, ldb, tb, n, k, np, bp);
   for (I j = 0; j < n; j += 64) {
     const I cols = std::min<I>(64, n - j);
@@ -313,7 +314,7 @@ SHARDEX_AVX512 void one_product(I m, I n, I k, bool ta, bool tb, const float* a,
   }
   static thread_local Buffers buffers;
   if (n <= SMALL_N && k <= SMALL_K) {
-    small_product(m, n, k, ta, tb, a, lda, b, ldb, c, ldc, alpha, beta, buffers.rows_b(k * ((n + 15) / 16 * 16)));
+    small_product(m, n, k, ta, tb, a, lda, b, ldb, c, ldc, alpha, beta, buffers);
     return;
   }
   float* bp = buffers.panel_b();

@@ -160,7 +160,8 @@ void choose_gemm_kernels(const GemmAgreement& agree = {});
 /// of a step through one kernel, the kernels here in turn (tuning_kernel:
 /// Eigen, OpenBLAS, shardex, shardex, OpenBLAS, Eigen, ...; a kernel that
 /// does not compete for a product's class, shardex's for double and for the
-/// large and huge NT, TN and TT classes, leaves it to the class's choice, untimed), timing each product (one with k = 0 is no product: not
+/// large and huge NT, TN and TT classes, leaves it to the class's choice,
+/// untimed), timing each product (one with k = 0 is no product: not
 /// counted); sums each class's time and flops per kernel over the steps and
 /// the ranks; and gives every class whose products every kernel competing
 /// for it ran (two or more) the one with the highest rate (with 2 steps and
