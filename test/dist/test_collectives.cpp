@@ -370,7 +370,7 @@ TEST_CASE("reduce_scatter: every strategy, dynamic lengths with zeros, sharded d
   CHECK(cases >= 2 * 6 * 2 * 4);
 }
 
-TEST_CASE("all_reduce into R and I, of 0-d to 3-d tensors, float and double") {
+TEST_CASE("all_reduce into R and I, of 0-d to 3-d tensors, float and double; in place only into a value given up") {
   const auto& comm = test::world();
   const int n = comm.size(), me = comm.rank();
   auto rng = test::shared_rng(303);
@@ -399,6 +399,25 @@ TEST_CASE("all_reduce into R and I, of 0-d to 3-d tensors, float and double") {
         check_part(i, {g, -1, {}}, total, "all_reduce -> I");
         check_part(x, {g, -1, {}}, mine, "input after eager::all_reduce (unchanged)");
         if (g.numel() > 0) CHECK(r.data() != x.data());  // a new tensor, not the input overwritten
+
+        // Given up and held by nobody else: summed in its own storage, which the result takes over.
+        auto given = Tensor<T, Partial>::from_function(comm, g, mine);
+        const T* storage = given.data();
+        auto in_place = apply_transition<Invariant>(std::move(given));
+        check_part(in_place, {g, -1, {}}, total, "all_reduce of a value given up -> I");
+        if (g.numel() > 0) CHECK(in_place.data() == storage);
+        // Given up but shared (a copy the caller keeps): out of place, the copy unchanged.
+        auto shared = x;
+        auto out_of_place = apply_transition<Replicated>(std::move(shared));
+        check_part(out_of_place, {g, -1, {}}, total, "all_reduce of a shared value -> R");
+        check_part(x, {g, -1, {}}, mine, "input after all_reduce of a copy given up (unchanged)");
+        if (g.numel() > 0) CHECK(out_of_place.data() != x.data());
+        // In an expression: its own intermediate (x * 2) is summed in place, a named operand never.
+        const Tensor<T, Invariant> doubled = all_reduce<Invariant>(x * T(2));
+        check_part(doubled, {g, -1, {}}, [&](Index i) { return 2 * total(i); }, "all_reduce<I>(x * 2)");
+        const Tensor<T, Replicated> named = all_reduce(x);
+        check_part(named, {g, -1, {}}, total, "all_reduce(x)");
+        check_part(x, {g, -1, {}}, mine, "input after all_reduce(x) (unchanged)");
       }
   });
 }

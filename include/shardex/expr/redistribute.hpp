@@ -212,8 +212,8 @@ struct Runner {
     return x;
   }
   template <LayoutTag B, class X>
-  auto go(const X& x, const layout_mapping<B>& to, Strategy s) {
-    return apply_transition<B>(x, to, s);
+  auto go(X&& x, const layout_mapping<B>& to, Strategy s) {
+    return apply_transition<B>(std::forward<X>(x), to, s);  // (an rvalue: the walk's own intermediate)
   }
 };
 

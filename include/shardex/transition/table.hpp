@@ -245,6 +245,18 @@ struct transition<Partial, To> {
     x.comm().all_reduce(static_cast<const T*>(x.data()), out.data(), out.size());
     return out;
   }
+  /// The sum into x's storage (MPI_IN_PLACE), which the result takes over: no
+  /// output allocated and written cold. A row-parallel product's partial sums
+  /// are still in cache; a fresh output is not, and the all-reduce of GPT-2's
+  /// 256 x 768 ones took 1.5-2x as long into it (bench/RESULTS.md).
+  template <class T, class Dev>
+  static Tensor<T, To, Dev> apply_in_place(const Tensor<T, Partial, Dev>& x, const layout_mapping<To>& to, Strategy s,
+                                           PlanStep& ran) {
+    const auto watched = detail::watch_scope<To>(name, x, to);
+    ran = detail::prepare<transition>(x, to, s);
+    x.comm().all_reduce(x.data(), x.size());
+    return x.template reinterpret_as<To>();
+  }
   ///@}
 };
 
@@ -450,19 +462,36 @@ requires(!is_sharded_v<L>) struct transition<L, L> {
   ///@}
 };
 
-/// Runs the entry `From -> To` on x. `to` carries the target's run-time
-/// lengths (for `Sharded<d>` with dynamic lengths); `s` picks the lowering.
-/// If x is differentiable, the result records the backward rule, which is the
-/// entry `adjoint_t<From, To>` of the same table, run with the same strategy.
+namespace detail {
+
+/// Whether a table entry has apply_in_place (transition.hpp).
+template <class Entry, class T, class From, class To, class Dev>
+concept applies_in_place = requires(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to, PlanStep& ran) {
+  Entry::apply_in_place(x, to, Strategy::automatic, ran);
+};
+
+/// The entry's step on x: into x's storage where `in_place` says that nobody
+/// else holds it and the caller gives it up, and the entry can; else apply.
+template <class Entry, Scalar T, LayoutTag From, LayoutTag To, class Dev>
+Tensor<T, To, Dev> entry_step(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to, Strategy s, PlanStep& ran,
+                              bool in_place) {
+  if constexpr (applies_in_place<Entry, T, From, To, Dev>)
+    if (in_place) return Entry::apply_in_place(x, to, s, ran);
+  return Entry::apply(x, to, s, ran);
+}
+
+/// apply_transition's body; `x_given_up`: the caller drops x afterwards.
 template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
-Tensor<T, To, Dev> apply_transition(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {},
-                                    Strategy s = Strategy::automatic) {
+Tensor<T, To, Dev> run_transition(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to, Strategy s,
+                                  bool x_given_up) {
   static_assert(has_transition_v<From, To>, SHARDEX_ERR_TRANSITION_NO_ENTRY);
   using entry = transition<From, To>;
   trace::Span span(entry::communicates ? "collective" : "local", entry::name);
   PlanStep ran;
-  Tensor<T, To, Dev> y = entry::apply(x.detach(), to, s, ran);
-  if (span.on()) span.set_args(detail::trace_args(x, y, ran));
+  // (Asked before detach(), whose handle shares the storage.)
+  const bool in_place = x_given_up && x.owns_storage_alone();
+  Tensor<T, To, Dev> y = entry_step<entry>(x.detach(), to, s, ran, in_place);
+  if (span.on()) span.set_args(trace_args(x, y, ran));
   if (x.node()) {
     using adjoint = adjoint_t<From, To>;
     static_assert(adjoint::exists, SHARDEX_ERR_ADJOINT_MISSING);
@@ -470,14 +499,42 @@ Tensor<T, To, Dev> apply_transition(const Tensor<T, From, Dev>& x, const layout_
              [in = x.node(), m = dual_mapping<From>(x.mapping()), s](const Tensor<T, dual_t<To>, Dev>& g) {
                trace::Span span(adjoint::communicates ? "collective" : "local", adjoint::name);
                PlanStep ran;
-               auto gx = adjoint::apply(g, m, s, ran);
-               if (span.on()) span.set_args(detail::trace_args(g, gx, ran));
+               // g is the node's gradient, dropped right after this adjoint
+               // (TensorNode::release): where nothing else holds it, the
+               // adjoint may write into it. Not for a leaf's gradient, which
+               // would copy a result it shares with g (TensorNode::accumulate).
+               auto gx = entry_step<adjoint>(g, m, s, ran, g.owns_storage_alone() && !in->is_leaf());
+               if (span.on()) span.set_args(trace_args(g, gx, ran));
                in->accumulate(std::move(gx));
              });
     if constexpr (adjoint::communicates)
-      y.node()->backward_call = detail::adjoint_signature<adjoint, T>(x.shape(), x.mapping(), y.mapping(), s);
+      y.node()->backward_call = adjoint_signature<adjoint, T>(x.shape(), x.mapping(), y.mapping(), s);
   }
   return y;
+}
+
+}  // namespace detail
+
+/// Runs the entry `From -> To` on x. `to` carries the target's run-time
+/// lengths (for `Sharded<d>` with dynamic lengths); `s` picks the lowering.
+/// If x is differentiable, the result records the backward rule, which is the
+/// entry `adjoint_t<From, To>` of the same table, run with the same strategy.
+template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
+Tensor<T, To, Dev> apply_transition(const Tensor<T, From, Dev>& x, const layout_mapping<To>& to = {},
+                                    Strategy s = Strategy::automatic) {
+  return detail::run_transition(x, to, s, false);
+}
+
+/// The same on an x given up: where nobody else holds its storage and the
+/// entry can (the all-reduce), the result is computed into it and takes it
+/// over. An expression's evaluation passes its fresh intermediate results so.
+template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
+Tensor<T, To, Dev> apply_transition(Tensor<T, From, Dev>&& x, const layout_mapping<To>& to = {},
+                                    Strategy s = Strategy::automatic) {
+  if constexpr (detail::applies_in_place<transition<From, To>, T, From, To, Dev>)
+    return detail::run_transition(x, to, s, true);
+  else
+    return apply_transition(static_cast<const Tensor<T, From, Dev>&>(x), to, s);
 }
 
 }  // namespace shardex

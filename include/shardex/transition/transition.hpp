@@ -13,6 +13,10 @@
 /// bytes; plan_step.hpp) and `apply(x, to_mapping, strategy, ran) ->
 /// Tensor<T, To, Dev>`, which runs the step its plan() made and returns it in
 /// `ran`. `explain` lists the steps plan() makes; evaluation runs them.
+/// Optional: `apply_in_place(x, to_mapping, strategy, ran)`, the same step
+/// writing its result into x's own storage, which the result then holds: run
+/// where x is a value nobody else holds and its caller gives up (an
+/// expression's fresh result, a gradient the reverse pass drops next).
 /// Laws: `adjoint_t<adjoint_t<F, T>>` is `transition<F, T>` again, and the
 /// dot-product test `sum_r <T(x)_r, y_r> == sum_r <x_r, T*(y)_r>` holds
 /// (test/dist/test_dot_product.cpp).
