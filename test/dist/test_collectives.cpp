@@ -406,6 +406,7 @@ TEST_CASE("all_reduce into R and I, of 0-d to 3-d tensors, float and double; in 
         auto in_place = apply_transition<Invariant>(std::move(given));
         check_part(in_place, {g, -1, {}}, total, "all_reduce of a value given up -> I");
         if (g.numel() > 0) CHECK(in_place.data() == storage);
+        CHECK(!given.valid());  // left empty, as a moved-from tensor is
         // Given up but shared (a copy the caller keeps): out of place, the copy unchanged.
         auto shared = x;
         auto out_of_place = apply_transition<Replicated>(std::move(shared));
@@ -414,7 +415,8 @@ TEST_CASE("all_reduce into R and I, of 0-d to 3-d tensors, float and double; in 
         if (g.numel() > 0) CHECK(out_of_place.data() != x.data());
         // In an expression: its own intermediate (x * 2) is summed in place, a named operand never.
         const Tensor<T, Invariant> doubled = all_reduce<Invariant>(x * T(2));
-        check_part(doubled, {g, -1, {}}, [&](Index i) { return 2 * total(i); }, "all_reduce<I>(x * 2)");
+        check_part(
+            doubled, {g, -1, {}}, [&](Index i) { return 2 * total(i); }, "all_reduce<I>(x * 2)");
         const Tensor<T, Replicated> named = all_reduce(x);
         check_part(named, {g, -1, {}}, total, "all_reduce(x)");
         check_part(x, {g, -1, {}}, mine, "input after all_reduce(x) (unchanged)");

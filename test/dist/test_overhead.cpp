@@ -13,6 +13,7 @@
 // into an exception on every rank instead of a hang.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -190,5 +191,56 @@ TEST_CASE("a backward pass whose collectives differ across ranks throws on every
   } else {
     Tensor<float, Invariant> loss = sum(w);
     CHECK_THROWS_AS(backward(loss), invalid_argument);
+  }
+}
+
+TEST_CASE(
+    "an element-wise result or an all-reduce goes into an operand the evaluation made and nobody else holds, never a named one") {
+  const auto& comm = test::world();
+  const float n = float(comm.size());
+  const auto acquired = [] {  // blocks of storage handed out so far
+    const host::PoolStats s = host::pool_stats();
+    return s.hits + s.misses;
+  };
+  const auto all_equal_to = [](const auto& t, float v) {
+    for (float x : t.local())
+      if (x != v) return false;
+    return true;
+  };
+  for (const Shape& shape : {Shape{5, 7}, Shape{1, 64}}) {
+    CAPTURE(shape.str());
+    auto p = Tensor<float, Partial>::ones(comm, shape);
+    auto q = Tensor<float, Invariant>::full(comm, shape, 3.0f);
+    // The all-reduce's fresh result (p is named: out of place) then takes the sum: one block in all.
+    const auto before = acquired();
+    const Tensor<float, Invariant> y = all_reduce<Invariant>(p) + q;
+    CHECK(acquired() - before == 1);
+    CHECK(all_equal_to(y, n + 3));
+    CHECK(all_equal_to(p, 1.0f));
+    CHECK(all_equal_to(q, 3.0f));
+    // The expression's own intermediate (p * 2) is all-reduced in its storage: one block in all.
+    const auto before_doubled = acquired();
+    const Tensor<float, Invariant> doubled = all_reduce<Invariant>(p * 2.0f);
+    CHECK(acquired() - before_doubled == 1);
+    CHECK(all_equal_to(doubled, 2 * n));
+    // Named operands only: fresh storage, the operands unchanged.
+    const Tensor<float, Invariant> z = q + q * 2.0f;
+    CHECK((z.data() != q.data() && all_equal_to(z, 9.0f) && all_equal_to(q, 3.0f)));
+
+    // With gradients: a sum takes the operand the evaluation made (its gradient reads no value) ...
+    auto w = Tensor<float, Invariant>::full(comm, shape, 0.5f);
+    w.requires_grad();
+    const auto before_sum = acquired();
+    const Tensor<float, Invariant> s = all_reduce<Invariant>(p) + w;
+    CHECK(acquired() - before_sum == 1);
+    backward(sum(s));
+    CHECK(all_equal_to(w.grad(), 1.0f));
+    w.zero_grad();
+    // ... a product does not: exp's and the product's gradients read the operands' values.
+    const auto before_exp = acquired();
+    const Tensor<float, Invariant> e = exp(all_reduce<Invariant>(p) * w);
+    CHECK(acquired() - before_exp == 2);
+    backward(sum(e));
+    CHECK(all_equal_to(w.grad(), n * std::exp(n * 0.5f)));
   }
 }

@@ -258,6 +258,13 @@ auto add_bias(const X& x, const B& b) {
 // ---- evaluation ------------------------------------------------------------------
 namespace detail {
 
+/// Whether an operation's gradient reads its operands' values (all but the
+/// sums, differences, negation, scaling and shift do).
+template <class Op>
+inline constexpr bool grad_reads_operands =
+    !(std::same_as<Op, ops::Add> || std::same_as<Op, ops::Sub> || std::same_as<Op, ops::Neg> ||
+      std::same_as<Op, ops::Scale> || std::same_as<Op, ops::Shift>);
+
 /// A leaf of the fused pass: an evaluated tensor, read at i (or, `Broadcast`
 /// along the last dim, at j = i mod its size), and the gradient buffer the
 /// backward pass fills. The host pass walks rows, so j comes without a division;
@@ -312,6 +319,16 @@ struct FusedLeaf {
     return p.n_instrs++;
   }
   static constexpr int leaves = 1, instrs = 1;
+  static constexpr bool grad_reads_values = false;
+  /// This leaf's tensor if the pass may write its result into it: read at i,
+  /// of the result's layout, shape and lengths, and held by nobody else (an
+  /// operand the evaluation made: a product's fresh output); else null.
+  template <class LO>
+  [[nodiscard]] const Tensor<T, LO, Dev>* storage_for(const Shape& global, const layout_mapping<LO>& m) const {
+    if constexpr (std::same_as<L, LO> && !Broadcast)
+      if (t.shape() == global && t.mapping() == m && t.owns_storage_alone()) return &t;
+    return nullptr;
+  }
   void collect(std::vector<std::shared_ptr<autodiff::Node>>& nodes) const { autodiff::add_input(nodes, t.node()); }
   /// `out` is the result of the pass. The global shapes and lengths are checked
   /// first: they are the same on every rank, so every rank throws the same
@@ -392,6 +409,14 @@ struct FusedNode {
     return p.n_instrs++;
   }
   static constexpr int leaves = (B::leaves + ...), instrs = 1 + (B::instrs + ...);
+  static constexpr bool grad_reads_values = grad_reads_operands<Op> || (B::grad_reads_values || ...);
+  /// The first operand's storage_for that is not null (FusedLeaf::storage_for).
+  template <class LO>
+  [[nodiscard]] auto storage_for(const Shape& global, const layout_mapping<LO>& m) const {
+    decltype(std::get<0>(args).storage_for(global, m)) found = nullptr;
+    std::apply([&](const auto&... a) { ((found = found ? found : a.storage_for(global, m)), ...); }, args);
+    return found;
+  }
   void prepare(bool store_once) {
     std::apply([&](auto&... a) { (a.prepare(store_once), ...); }, args);
   }
@@ -445,7 +470,19 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   static_assert(Dev::fused_on_host ||
                     (Tree::instrs <= FusedProgram<T>::max_instrs && Tree::leaves <= FusedProgram<T>::max_leaves),
                 SHARDEX_ERR_FUSED_TOO_LONG);
-  auto out = Tensor<T, L, Dev>::empty(e.comm(), e.shape(), e.mapping());  // the pass writes every element
+  std::vector<std::shared_ptr<autodiff::Node>> inputs;
+  tree.collect(inputs);
+  // The pass writes every element of its result: into an operand's storage
+  // where nobody else holds it and no gradient will read it (the pass reads
+  // each element before it writes it), else into fresh storage. Fresh storage
+  // is cold in a training step, whose activations are kept; an operand the
+  // evaluation has just made is warm (bench/RESULTS.md, "Results into their
+  // operands").
+  auto out = [&] {
+    if (!Tree::grad_reads_values || inputs.empty())
+      if (const auto* t = tree.storage_for(e.shape(), e.mapping())) return t->detach();
+    return Tensor<T, L, Dev>::empty(e.comm(), e.shape(), e.mapping());
+  }();
   // add_bias(x, b) is an Add whose last operand is broadcast: name it as the user wrote it.
   constexpr const char* name =
       detail::is_broadcast<std::tuple_element_t<sizeof...(Args) - 1, std::tuple<Args...>>>::value ? "add_bias"
@@ -465,8 +502,6 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
     tree.emit(program);
     Dev::fused_forward(program, out.data(), out.size());
   }
-  std::vector<std::shared_ptr<autodiff::Node>> inputs;
-  tree.collect(inputs);
   if (!inputs.empty())
     out.record(name, std::move(inputs), [tree, row](const Tensor<T, dual_t<L>, Dev>& g) mutable {
       tree.prepare(Dev::fused_on_host);

@@ -525,16 +525,21 @@ Tensor<T, To, Dev> apply_transition(const Tensor<T, From, Dev>& x, const layout_
   return detail::run_transition(x, to, s, false);
 }
 
-/// The same on an x given up: where nobody else holds its storage and the
-/// entry can (the all-reduce), the result is computed into it and takes it
-/// over. An expression's evaluation passes its fresh intermediate results so.
+/// The same on an x given up (left empty, as a moved-from tensor is): where
+/// nobody else holds its storage and the entry can (the all-reduce), the
+/// result is computed into it and takes it over. An expression's evaluation
+/// passes its fresh intermediate results so. Each rank decides for itself;
+/// where ranks decide differently (a copy kept on some only), some pass
+/// MPI_IN_PLACE and some do not, which Open MPI sums alike (tested at 2-4
+/// ranks) though the MPI standard asks for MPI_IN_PLACE on all or none.
 template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
 Tensor<T, To, Dev> apply_transition(Tensor<T, From, Dev>&& x, const layout_mapping<To>& to = {},
                                     Strategy s = Strategy::automatic) {
+  const Tensor<T, From, Dev> given = std::move(x);
   if constexpr (detail::applies_in_place<transition<From, To>, T, From, To, Dev>)
-    return detail::run_transition(x, to, s, true);
+    return detail::run_transition(given, to, s, true);
   else
-    return apply_transition(static_cast<const Tensor<T, From, Dev>&>(x), to, s);
+    return apply_transition(given, to, s);
 }
 
 }  // namespace shardex
