@@ -536,6 +536,8 @@ template <LayoutTag To, Scalar T, LayoutTag From, class Dev>
 Tensor<T, To, Dev> apply_transition(Tensor<T, From, Dev>&& x, const layout_mapping<To>& to = {},
                                     Strategy s = Strategy::automatic) {
   const Tensor<T, From, Dev> given = std::move(x);
+  // Only an entry that can write in place instantiates the body here; the
+  // others go through the overload above, compiled once into the library.
   if constexpr (detail::applies_in_place<transition<From, To>, T, From, To, Dev>)
     return detail::run_transition(given, to, s, true);
   else
