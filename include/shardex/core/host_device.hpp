@@ -6,7 +6,10 @@
 /// `shardex::math` gives them the math functions that exist on both sides.
 /// g++ sees plain inline functions; nvcc sees `__host__ __device__` ones.
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #if defined(__CUDACC__)
@@ -35,13 +38,29 @@ namespace shardex::math {
 // In device code std::tanh is a host function; CUDA's overloads of ::tanh and
 // ::tanhf are the device ones. On the host, std:: is the right choice.
 /// tanh of a float as a rational function, odd degree 13 over even degree 6
-/// (the minimax fit Eigen uses for its vectorized tanh: a few ulp), clamped
-/// where tanh rounds to +-1. Branch free and inline, so that the fused
-/// element-wise loops vectorize: glibc's tanhf (through expm1f) was a seventh
+/// (the minimax fit Eigen uses for its vectorized tanh: a few ulp), +-1 above
+/// 7.9 (where tanh is +-1 to a few ulp). Branch free and inline, so that the
+/// fused element-wise loops vectorize: glibc's tanhf (through expm1f) was a seventh
 /// of a Megatron MLP step.
+///
+/// The clamp is an integer min and the choices masks on the bits, not float
+/// selects: from `a > c ? c : a` g++ computes x * x ahead on the constant's
+/// path (PRE), and from `tiny ? a : p / q` it sinks the division into the
+/// other path; either leaves a float operation that may trap under a branch,
+/// which only AVX-512's masks vectorize. On AVX2 the fused passes around a
+/// gelu ran scalar, 10x slower (bench/RESULTS.md; test/vectorize pins it).
 inline float rational_tanh(float a) {
-  const float x =
-      a < -7.90531110763549805f ? -7.90531110763549805f : (a > 7.90531110763549805f ? 7.90531110763549805f : a);
+  constexpr std::uint32_t sign_bit = 0x80000000u, infinity = 0x7f800000u, one = 0x3f800000u;
+  // Above the cap tanh(a) is +-1 to a few ulp; below tiny it is a to float precision.
+  constexpr std::uint32_t cap = std::bit_cast<std::uint32_t>(7.90531110763549805f);
+  constexpr std::uint32_t tiny = std::bit_cast<std::uint32_t>(0.0004f);
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(a);
+  // Non-negative floats order as their bits do (a NaN's above infinity's).
+  // Masks of all ones: a returned as it is (tiny, or a NaN), +-1 (above the cap).
+  const std::uint32_t magnitude = bits & ~sign_bit;
+  const std::uint32_t keep_a = 0u - static_cast<std::uint32_t>((magnitude < tiny) | (magnitude > infinity));
+  const std::uint32_t big = 0u - static_cast<std::uint32_t>(magnitude > cap);
+  const float x = std::bit_cast<float>((bits & sign_bit) | std::min(magnitude, cap));  // no overflow in p below
   const float x2 = x * x;
   float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
   p = x2 * p + -8.60467152213735e-11f;
@@ -53,8 +72,27 @@ inline float rational_tanh(float a) {
   float q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
   q = x2 * q + 2.26843463243900e-03f;
   q = x2 * q + 4.89352518554385e-03f;
-  const float t = p / q;
-  return (a < 0.0004f && a > -0.0004f) ? a : t;  // tiny |a|: tanh(a) = a to float precision
+  const std::uint32_t t = std::bit_cast<std::uint32_t>(p / q);
+  return std::bit_cast<float>((bits & keep_a) | (((bits & sign_bit) | one) & big & ~keep_a) | (t & ~(keep_a | big)));
+}
+
+/// `c ? a : b`, on the host as masks on the bits: g++ can turn a conditional
+/// operator into a branch and sink the float math that feeds one side under
+/// it, which leaves the loop scalar where there are no masked operations
+/// (rational_tanh above). In device code the conditional operator.
+template <class T>
+SHARDEX_HD inline T select(bool c, T a, T b) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    const Bits m = Bits(0) - static_cast<Bits>(c);
+    return std::bit_cast<T>((std::bit_cast<Bits>(a) & m) | (std::bit_cast<Bits>(b) & ~m));
+  } else {
+    return c ? a : b;
+  }
+#else
+  return c ? a : b;
+#endif
 }
 
 /// tanh on either side: rational_tanh for a float on the host (vectorizes),

@@ -187,11 +187,11 @@ struct Relu {
   static constexpr bool linear = false;
   template <class T>
   SHARDEX_HD T f(T a) const {
-    return a > T(0) ? a : T(0);
+    return math::select(a > T(0), a, T(0));
   }
   template <class T>
   SHARDEX_HD void df(T a, T g, T& ga) const {
-    ga += a > T(0) ? g : T(0);
+    ga += math::select(a > T(0), g, T(0));
   }
   ///@}
 };

@@ -277,6 +277,12 @@ struct FusedLeaf {
   std::int64_t mod = 0;  // 0: read at i; else at j = i % mod (mod is the last local dim); nonzero iff Broadcast
   std::optional<Tensor<T, dual_t<L>, Dev>> grad;
   T* grad_data = nullptr;  // grad's storage while the backward pass runs
+  // The host pass writes the row's contributions at grad_row[j]: grad's row
+  // (a broadcast leaf: grad itself), or, for a leaf that takes no gradient,
+  // a row of scratch. No branch on whether there is a gradient in the loop:
+  // g++ sinks the float math under it, which only AVX-512's masks vectorize.
+  T* grad_row = nullptr;
+  std::vector<T> scratch{};
 
   [[nodiscard]] T value(std::int64_t i, std::int64_t j) const {
     if constexpr (Broadcast)
@@ -288,26 +294,32 @@ struct FusedLeaf {
   /// gets its one contribution stored, on storage that is not zero-filled
   /// first; a broadcast leaf sums a contribution per row. A FusedProgram
   /// (the device pass) accumulates into zeros: `prepare(false)`.
-  void backprop(std::int64_t i, std::int64_t j, T g) {
-    if (!grad_data) return;
+  void backprop(std::int64_t /*i*/, std::int64_t j, T g) {
     if constexpr (Broadcast)
-      grad_data[j] += g;
+      grad_row[j] += g;
     else
-      grad_data[i] = g;
+      grad_row[j] = g;
   }
-  void prepare(bool store_once) {
+  /// Points grad_row at row r (its first element, r = i - j).
+  void start_row(std::int64_t r) { grad_row = !grad_data ? scratch.data() : (Broadcast ? grad_data : grad_data + r); }
+  /// `store_once`: the host's loop, over rows of `row` elements (see backprop);
+  /// else a FusedProgram's, which takes no row.
+  void prepare(bool store_once, std::int64_t row = 0) {
     if (t.node()) {
       if (store_once && mod == 0)
         grad = Tensor<T, dual_t<L>, Dev>::empty(t.comm(), t.shape(), dual_mapping<L>(t.mapping()));
       else
         grad = t.node()->make_full(T(0));
       grad_data = grad->data();
+    } else if (store_once) {
+      scratch.assign(static_cast<std::size_t>(row), T(0));
     }
   }
   void flush() {
     if (grad) t.node()->accumulate(*grad);
     grad.reset();
-    grad_data = nullptr;
+    grad_data = grad_row = nullptr;
+    scratch = {};
   }
   /// Appends this leaf to `p` (a device pass); returns its slot.
   int emit(FusedProgram<T>& p) const {
@@ -417,8 +429,11 @@ struct FusedNode {
     std::apply([&](const auto&... a) { ((found = found ? found : a.storage_for(global, m)), ...); }, args);
     return found;
   }
-  void prepare(bool store_once) {
-    std::apply([&](auto&... a) { (a.prepare(store_once), ...); }, args);
+  void prepare(bool store_once, std::int64_t row = 0) {
+    std::apply([&](auto&... a) { (a.prepare(store_once, row), ...); }, args);
+  }
+  void start_row(std::int64_t r) {
+    std::apply([&](auto&... a) { (a.start_row(r), ...); }, args);
   }
   void flush() {
     std::apply([](auto&... a) { (a.flush(), ...); }, args);
@@ -504,13 +519,14 @@ auto evaluate(const Elementwise<Op, Args...>& e) {
   }
   if (!inputs.empty())
     out.record(name, std::move(inputs), [tree, row](const Tensor<T, dual_t<L>, Dev>& g) mutable {
-      tree.prepare(Dev::fused_on_host);
+      tree.prepare(Dev::fused_on_host, row);
       if constexpr (Dev::fused_on_host) {
         const T* gy = g.data();
-        // Within a row every gradient element is written by one j only (a
-        // broadcast operand's at j, the others' at r + j; each operand has its
-        // own buffer), so the row's iterations are independent.
+        // Within a row every gradient element is written by one j only (each
+        // operand has its own row, FusedLeaf::grad_row), so the row's
+        // iterations are independent.
         for (std::int64_t r = 0, n = g.size(); r < n; r += row) {
+          tree.start_row(r);
           SHARDEX_SIMD
           for (std::int64_t j = 0; j < row; ++j) tree.backprop(r + j, j, gy[r + j]);
         }
