@@ -8,32 +8,21 @@ usage: bench/compile_time.py BUILD_DIR [REPEATS]
 Prints one JSON object per program and one with the ratio (medians of REPEATS
 interleaved compilations, so machine noise hits both alike).
 """
-import json, os, shlex, statistics, subprocess, sys, time
+import json, os, statistics, subprocess, sys, time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "test", "support"))
+import compile_command  # noqa: E402 (test/support/compile_command.py)
 
 build = sys.argv[1]
 repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 here = os.path.dirname(os.path.realpath(__file__))
-with open(os.path.join(build, "compile_commands.json")) as f:
-    db = json.load(f)
+
 
 def command(name):
-    src = os.path.join(here, name)
-    for e in db:
-        if os.path.realpath(os.path.join(e["directory"], e["file"])) == src:
-            args = shlex.split(e["command"])
-            out, skip = [], False
-            for a in args:
-                if skip:
-                    skip = False
-                    continue
-                if a in ("-o", "-MF", "-MQ", "-MT"):
-                    skip = True
-                    continue
-                if a == "-MD":
-                    continue
-                out.append(a)
-            return out + ["-o", os.devnull], e["directory"]
-    sys.exit(f"compile_time.py: {name} not in {build}/compile_commands.json (configure with -Dbenchmarks=true)")
+    entry = compile_command.find(build, os.path.join(here, name))
+    if entry is None:
+        sys.exit(f"compile_time.py: {name} not in {build}/compile_commands.json (configure with -Dbenchmarks=true)")
+    return compile_command.arguments(entry) + ["-c", "-o", os.devnull], entry["directory"]
 
 programs = {"dsl": command("compile_dsl.cpp"), "eigen": command("compile_eigen.cpp")}
 times = {k: [] for k in programs}

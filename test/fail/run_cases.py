@@ -19,29 +19,19 @@ the same one only the first is settled: the cases left go through another such
 run, until a run settles none; those still left are compiled alone, as above
 (SHARDEX_FAIL_ALONE=1 compiles every case alone, to compare).
 """
-import json, os, re, shlex, subprocess, sys
+import os, re, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "support"))
+import compile_command  # noqa: E402 (test/support/compile_command.py)
 
 build, source = sys.argv[1], os.path.realpath(sys.argv[2])
 min_cases = int(sys.argv[3]) if len(sys.argv) > 3 else 10  # a guard against a broken case pattern
-with open(os.path.join(build, "compile_commands.json")) as f:
-    entries = [e for e in json.load(f) if os.path.realpath(os.path.join(e["directory"], e["file"])) == source]
-if not entries:
+entry = compile_command.find(build, source)
+if entry is None:
     sys.exit(f"run_cases.py: no compile command for {source} in {build}/compile_commands.json")
-entry = entries[0]
-base = shlex.split(entry["command"])
-# Drop the output and dependency-file arguments: the cases only need the front end.
-cmd, skip = [], False
-for a in base:
-    if skip:
-        skip = False
-        continue
-    if a in ("-o", "-MF", "-MQ", "-MT"):
-        skip = True
-        continue
-    if a in ("-MD", "-c"):
-        continue
-    cmd.append(a)
+# Without the output and dependency-file arguments: the cases only need the front end.
+cmd = compile_command.arguments(entry)
 cmd = [a for a in cmd if a != "-fdiagnostics-color=always"] + ["-fdiagnostics-color=never"]
 if os.path.basename(cmd[0]) == "ccache":  # nothing to cache: the cases only parse
     cmd = cmd[1:]

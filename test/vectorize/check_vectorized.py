@@ -16,22 +16,23 @@ x86-64 (SSE2), x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), with
 vectorized at least once and never "couldn't vectorize". Exits 77 (SKIP) with
 the reason where the compiler is not g++ or the machine not x86-64.
 """
-import json, os, platform, re, shlex, subprocess, sys, tempfile
+import os, platform, re, shlex, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "support"))
+import compile_command  # noqa: E402 (test/support/compile_command.py)
 
 build, sources = sys.argv[1], [os.path.realpath(s) for s in sys.argv[2:]]
 if platform.machine() not in ("x86_64", "AMD64"):
     print(f"SKIP: the x86-64 levels are checked on x86-64; this machine is {platform.machine()}")
     sys.exit(77)
-with open(os.path.join(build, "compile_commands.json")) as f:
-    entries = json.load(f)
 
 
 def command_for(source):
-    for e in entries:
-        if os.path.realpath(os.path.join(e["directory"], e["file"])) == source:
-            return e
-    sys.exit(f"check_vectorized.py: no compile command for {source} in {build}/compile_commands.json")
+    entry = compile_command.find(build, source)
+    if entry is None:
+        sys.exit(f"check_vectorized.py: no compile command for {source} in {build}/compile_commands.json")
+    return entry
 
 
 def simd_loop_lines(path):
@@ -41,17 +42,7 @@ def simd_loop_lines(path):
 
 
 def compile_at(entry, level):
-    cmd, skip = [], False
-    for a in shlex.split(entry["command"]):
-        if skip:
-            skip = False
-            continue
-        if a in ("-o", "-MF", "-MQ", "-MT"):
-            skip = True
-            continue
-        if a in ("-MD", "-c") or a.startswith(("-march=", "-fdiagnostics-color", "-O")):
-            continue
-        cmd.append(a)
+    cmd = compile_command.arguments(entry, drop=lambda a: a.startswith(("-march=", "-fdiagnostics-color", "-O")))
     if os.path.basename(cmd[0]) == "ccache":
         cmd = cmd[1:]
     with tempfile.NamedTemporaryFile("r", suffix=".txt") as report:
