@@ -33,8 +33,6 @@ if entry is None:
 # Without the output and dependency-file arguments: the cases only need the front end.
 cmd = compile_command.arguments(entry)
 cmd = [a for a in cmd if a != "-fdiagnostics-color=always"] + ["-fdiagnostics-color=never"]
-if os.path.basename(cmd[0]) == "ccache":  # nothing to cache: the cases only parse
-    cmd = cmd[1:]
 # The same command without SOURCE, for a unit that includes it (or a precompiled header).
 cmd_without_source = [a for a in cmd if os.path.realpath(os.path.join(entry["directory"], a)) != source]
 text = open(source).read()

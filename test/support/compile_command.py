@@ -18,8 +18,8 @@ def find(build, source):
 
 
 def arguments(entry, drop=lambda arg: False):
-    """The entry's arguments less -o, -MF, -MQ, -MT (each with its value), -MD and -c,
-    and less each argument for which drop(arg) is true."""
+    """The entry's arguments less a ccache launcher, -o, -MF, -MQ, -MT (each with its
+    value), -MD and -c, and less each argument for which drop(arg) is true."""
     out, skip = [], False
     for a in shlex.split(entry["command"]):
         if skip:
@@ -31,4 +31,6 @@ def arguments(entry, drop=lambda arg: False):
         if a in ("-MD", "-c") or drop(a):
             continue
         out.append(a)
+    if out and os.path.basename(out[0]) == "ccache":  # the compiler itself: nothing to cache here
+        out = out[1:]
     return out

@@ -16,7 +16,7 @@ x86-64 (SSE2), x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), with
 vectorized at least once and never "couldn't vectorize". Exits 77 (SKIP) with
 the reason where the compiler is not g++ or the machine not x86-64.
 """
-import os, platform, re, shlex, subprocess, sys, tempfile
+import os, platform, re, subprocess, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "support"))
@@ -43,15 +43,13 @@ def simd_loop_lines(path):
 
 def compile_at(entry, level):
     cmd = compile_command.arguments(entry, drop=lambda a: a.startswith(("-march=", "-fdiagnostics-color", "-O")))
-    if os.path.basename(cmd[0]) == "ccache":
-        cmd = cmd[1:]
     with tempfile.NamedTemporaryFile("r", suffix=".txt") as report:
         p = subprocess.run(cmd + ["-O2", f"-march={level}", "-c", "-o", os.devnull, f"-fopt-info-vec-all={report.name}"],
                            cwd=entry["directory"], capture_output=True, text=True)
         return p, report.read()
 
 
-compiler = shlex.split(command_for(sources[0])["command"])[0]
+compiler = compile_command.arguments(command_for(sources[0]))[0]
 version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
 if "Free Software Foundation" not in version or "clang" in version:
     print(f"SKIP: the reports read here are g++'s (-fopt-info-vec); the compiler is {compiler}: "

@@ -5,6 +5,7 @@
 // (GPT-2's MLP), a sum with a broadcast operand, products and differences with
 // an operand that takes no gradient (the backward's scratch rows), tanh and
 // relu. Run as a program it checks one gradient, so that it is not dead code.
+#include <cmath>
 #include <cstdio>
 
 #include <shardex.hpp>

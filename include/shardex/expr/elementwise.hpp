@@ -275,8 +275,7 @@ template <class T, class L, class Dev, bool Broadcast = false>
 struct FusedLeaf {
   Tensor<T, L, Dev> t;
   std::int64_t mod = 0;  // 0: read at i; else at j = i % mod (mod is the last local dim); nonzero iff Broadcast
-  std::optional<Tensor<T, dual_t<L>, Dev>> grad;
-  T* grad_data = nullptr;  // grad's storage while the backward pass runs
+  std::optional<Tensor<T, dual_t<L>, Dev>> grad;  // while the backward pass runs
   // The host pass writes the row's contributions at grad_row[j]: grad's row
   // (a broadcast leaf: grad itself), or, for a leaf that takes no gradient,
   // a row of scratch. No branch on whether there is a gradient in the loop:
@@ -301,7 +300,7 @@ struct FusedLeaf {
       grad_row[j] = g;
   }
   /// Points grad_row at row r (its first element, r = i - j).
-  void start_row(std::int64_t r) { grad_row = !grad_data ? scratch.data() : (Broadcast ? grad_data : grad_data + r); }
+  void start_row(std::int64_t r) { grad_row = !grad ? scratch.data() : grad->data() + (Broadcast ? 0 : r); }
   /// `store_once`: the host's loop, over rows of `row` elements (see backprop);
   /// else a FusedProgram's, which takes no row.
   void prepare(bool store_once, std::int64_t row = 0) {
@@ -310,7 +309,6 @@ struct FusedLeaf {
         grad = Tensor<T, dual_t<L>, Dev>::empty(t.comm(), t.shape(), dual_mapping<L>(t.mapping()));
       else
         grad = t.node()->make_full(T(0));
-      grad_data = grad->data();
     } else if (store_once) {
       scratch.assign(static_cast<std::size_t>(row), T(0));
     }
@@ -318,7 +316,7 @@ struct FusedLeaf {
   void flush() {
     if (grad) t.node()->accumulate(*grad);
     grad.reset();
-    grad_data = grad_row = nullptr;
+    grad_row = nullptr;
     scratch = {};
   }
   /// Appends this leaf to `p` (a device pass); returns its slot.
