@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -187,6 +188,15 @@ inline void configure(CLI::App& app) {
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
+/// Writes `message` and a newline to stderr in one write: the ranks of a job
+/// share the terminal, and a message written a piece at a time (std::cerr is
+/// unbuffered) interleaved with another rank's ("gpt2gpt2 (rank 1): ...").
+inline void print_error(const std::string& message) {
+  const std::string line = message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
 /// Parses the command line with `app` on every rank. Returns the code to exit
 /// with now (0 after --help, 64 after a bad command line; rank 0 alone prints
 /// either), or nothing to go on.
@@ -198,7 +208,7 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv, int rank) 
     if (rank == 0) std::cout << app.help();
     return as_int(exit_code::ok);
   } catch (const CLI::ParseError& e) {
-    if (rank == 0) std::cerr << app.get_name() << ": " << e.what() << " (--help lists the flags)\n";
+    if (rank == 0) print_error(app.get_name() + ": " + e.what() + " (--help lists the flags)");
     return as_int(exit_code::usage);
   }
 }
@@ -214,13 +224,12 @@ int run(const std::string& name, int rank, F&& body) {
     return body();
   } catch (const failure& e) {
     if (rank == 0)
-      std::cerr << name << ": " << e.what() << (e.code() == exit_code::usage ? " (--help lists the flags)" : "")
-                << "\n";
+      print_error(name + ": " + e.what() + (e.code() == exit_code::usage ? " (--help lists the flags)" : ""));
     return as_int(e.code());
   } catch (const std::exception& e) {
     const std::string what = e.what();
     if (what.find("(reported by rank ") == std::string::npos)
-      std::cerr << name << " (rank " << rank << "): " << what << "\n";
+      print_error(name + " (rank " + std::to_string(rank) + "): " + what);
     return as_int(exit_code::error);
   }
 }

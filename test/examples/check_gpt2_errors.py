@@ -8,10 +8,13 @@ Each case runs gpt2 on 2 ranks with one bad input (a config whose heads do not
 divide the width, a checkpoint whose tensors do not match its config, token
 ids beyond the vocabulary, a --seq longer than the context, truncated and
 corrupt files) and must exit with its code (1: an error; 64: a bad command
-line) within a deadline, printing the phrase that names the problem.
+line) within a deadline, printing the phrase that names the problem on whole
+lines: by each rank that met it, or once by rank 0 where every rank met it
+alike, never interleaved with another rank's message.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -101,7 +104,16 @@ def main():
             except subprocess.TimeoutExpired:
                 failures.append(f"{what}: no end within 60 s (a hang)")
                 continue
-            ok = p.returncode == codes[code] and phrase in p.stdout
+            # The phrase on whole lines, none cut into by another rank's message: "gpt2 (rank N): ..."
+            # from each rank that met it, or once where the ranks agreed on it (shardex's agreed errors
+            # name the rank, "on rank N": the others' copies are not printed), or "gpt2: ..." once from
+            # rank 0 where every rank met it alike (a bad command line).
+            named = [l for l in p.stdout.splitlines() if phrase in l]
+            whole = all(re.match(r"gpt2( \(rank \d+\))?: ", l) for l in named)
+            ranks = {int(m.group(1)) for l in named for m in [re.match(r"gpt2 \(rank (\d+)\): ", l)] if m}
+            every_rank = ranks == {0, 1} or (len(named) == 1 and re.search(r" on rank \d", named[0]))
+            ok = (p.returncode == codes[code] and bool(named) and whole
+                  and (every_rank if code == "error" else named[0].startswith("gpt2: ")))
             print(f"{'ok  ' if ok else 'FAIL'} {what}: exit {p.returncode}; "
                   f"{next((l for l in p.stdout.splitlines() if phrase in l), p.stdout.strip()[-300:])}")
             if not ok:
