@@ -48,6 +48,7 @@ struct Gpt2Flags : example::Flags {
   std::string data = "/usr/share/common-licenses";
   std::int64_t batch = 8, seq = 64, warmup = 20, eval_every = 50, eval_batches = 8, save_every = 0, tune_gemm = 0;
   double min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0, val_fraction = 0.1;
+  double expect_val_below = 0;  // 0: no bound
   std::string load, save, resume, tokenizer, mesh;
   bool vocab_given = false;
   bool eval_only = false, check = false, sequence_parallel = false;
@@ -500,6 +501,20 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
     }
     if (judged && !(last < first) && code == 0) code = command_line::as_int(example::exit_code::did_not_learn);
   }
+  if (f.expect_val_below > 0) {
+    // The main example's stated figure (README.md, docs/guides/gpt2.md): the last validation loss
+    // under it, measured at the last step.
+    const bool below = val < f.expect_val_below;  // false where none was measured (NaN)
+    if (talk) {
+      std::cout << "validation loss ";
+      if (std::isnan(val))
+        std::cout << "not measured at the last step (--eval-every)";
+      else
+        std::cout << std::setprecision(4) << val << std::defaultfloat;
+      std::cout << (below ? " is below " : ": NOT below ") << f.expect_val_below << " (--expect-val-below)\n";
+    }
+    if (!below && code == 0) code = command_line::as_int(example::exit_code::did_not_learn);
+  }
   return code;
 }
 
@@ -574,6 +589,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", f.dtype, "element type")->check(CLI::IsMember({"float", "double"}));
   app.add_option("--backend", f.backend, "mpi: host tensors; nccl: GPUs")->check(CLI::IsMember({"mpi", "nccl"}));
   app.add_option("--log", f.log, "rank 0 writes each step's loss, validation loss, lr and time to this CSV file");
+  app.add_option("--expect-val-below", f.expect_val_below,
+                 "exit with 4 (did not learn) unless the validation loss at the last step is below this (0: no bound)")
+      ->check(real(0, false));
   app.callback([&f, &app, ranks = comm.size()] {
     const int group = f.mesh.empty() ? ranks : example::mesh_shape(f.mesh, ranks)[1];
     if (!f.speeds.empty() && f.speeds != "auto")
