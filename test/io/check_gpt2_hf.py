@@ -13,9 +13,12 @@ files, runs the same ids forward and backward and saves the logits, the loss
 and every gradient under Hugging Face's names; each must be within 1e-10 of
 transformers' (relative to the tensor's largest element). Then the reverse:
 the model shardex saved must load with GPT2LMHeadModel.from_pretrained and give
-the same logits. Exits 77 (SKIP), saying why, where torch, transformers or the
+the same logits (1e-12). Then all of it again in float32, the same model cast
+and saved again by transformers, shardex in float: within 1e-4 (the reverse
+1e-6). Exits 77 (SKIP), saying why, where torch, transformers or the
 safetensors package is missing.
 """
+import copy
 import os
 import subprocess
 import sys
@@ -32,7 +35,8 @@ except ImportError as e:
     print(f"SKIP: needs torch, transformers and the safetensors package ({e}); scripts/shardex test installs them")
     sys.exit(77)
 
-TOL = 1e-10
+# dtype: (shardex's element type, transformers' dtype, tolerance, the reverse's tolerance)
+DTYPES = [("double", torch.float64, 1e-10, 1e-12), ("float", torch.float32, 1e-4, 1e-6)]
 SPLITS = {  # heads (5), MLP columns (80), vocabulary rows (23) per rank
     "1": ("5", "80", "23"),
     "2": ("2,3", "30,50", "16,7"),
@@ -57,42 +61,46 @@ def main():
     targets = torch.randint(0, 23, (B, T))
     heads, ffn, vocab = SPLITS[np_]
     failures = []
-    with tempfile.TemporaryDirectory() as tmp:
-        hf_dir = os.path.join(tmp, "hf")
-        model.save_pretrained(hf_dir, safe_serialization=True)
-        inputs = os.path.join(tmp, "inputs.safetensors")
-        save_file({"ids": ids.double().flatten(), "targets": targets.double().flatten()}, inputs)
-        out = os.path.join(tmp, "out.safetensors")
-        cmd = [mpirun, *mpi_args, "-n", np_, exe, hf_dir, inputs, out, str(B), str(T), heads, ffn, vocab]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if run.returncode != 0:
-            print(run.stdout + run.stderr)
-            print(f"FAIL: gpt2_hf exited {run.returncode}")
-            return 1
-        ours = load_file(out)
-        logits = model(input_ids=ids).logits.reshape(B * T, -1)
-        loss = F.cross_entropy(logits, targets.flatten())
-        loss.backward()
-        checks = [("logits", ours["logits"], logits), ("loss", ours["loss"], loss)]
-        for name, p in model.named_parameters():
-            checks.append((name + ".grad", ours[name], p.grad))
-        for name, a, b in checks:
-            d = rel_diff(a, b)
-            print(f"{name}: {d:.2e}")
-            if not d <= TOL:
-                failures.append(f"{name}: {d:.3e} > {TOL}")
-        # The reverse: what shardex saved, loaded by transformers.
-        back = GPT2LMHeadModel.from_pretrained(os.path.join(tmp, "saved"), torch_dtype=torch.float64)
-        back.eval()
-        d = rel_diff(back(input_ids=ids).logits.reshape(B * T, -1), logits)
-        print(f"from_pretrained(shardex's save) logits: {d:.2e}")
-        if not d <= 1e-12:
-            failures.append(f"from_pretrained of shardex's save: logits differ by {d:.3e}")
+    checks = []
+    for dtype, torch_dtype, tol, back_tol in DTYPES:
+        typed = copy.deepcopy(model).to(torch_dtype)
+        with tempfile.TemporaryDirectory() as tmp:
+            hf_dir = os.path.join(tmp, "hf")
+            typed.save_pretrained(hf_dir, safe_serialization=True)
+            inputs = os.path.join(tmp, "inputs.safetensors")
+            save_file({"ids": ids.double().flatten(), "targets": targets.double().flatten()}, inputs)
+            out = os.path.join(tmp, "out.safetensors")
+            cmd = [mpirun, *mpi_args, "-n", np_, exe, hf_dir, inputs, out, str(B), str(T), heads, ffn, vocab, dtype]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                print(run.stdout + run.stderr)
+                print(f"FAIL: gpt2_hf ({dtype}) exited {run.returncode}")
+                return 1
+            ours = load_file(out)
+            logits = typed(input_ids=ids).logits.reshape(B * T, -1)
+            loss = F.cross_entropy(logits, targets.flatten())
+            loss.backward()
+            checks = [("logits", ours["logits"], logits), ("loss", ours["loss"], loss)]
+            for name, p in typed.named_parameters():
+                checks.append((name + ".grad", ours[name], p.grad))
+            for name, a, b in checks:
+                d = rel_diff(a, b)
+                print(f"{dtype} {name}: {d:.2e}")
+                if not d <= tol:
+                    failures.append(f"{dtype} {name}: {d:.3e} > {tol}")
+            # The reverse: what shardex saved, loaded by transformers.
+            back = GPT2LMHeadModel.from_pretrained(os.path.join(tmp, "saved"), torch_dtype=torch_dtype)
+            back.eval()
+            d = rel_diff(back(input_ids=ids).logits.reshape(B * T, -1), logits)
+            print(f"{dtype} from_pretrained(shardex's save) logits: {d:.2e}")
+            if not d <= back_tol:
+                failures.append(f"{dtype} from_pretrained of shardex's save: logits differ by {d:.3e}")
     print(f"splits: heads {heads}, MLP {ffn}, vocabulary {vocab}; transformers {__import__('transformers').__version__}, torch {torch.__version__}")
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
-    print(f"OK: logits, loss and {len(checks) - 2} gradients within {TOL} of transformers on {np_} ranks")
+    print(f"OK: logits, loss and {len(checks) - 2} gradients within 1e-10 (double) and 1e-4 (float32) of "
+          f"transformers on {np_} ranks")
     return 0
 
 
