@@ -8,10 +8,12 @@
 // loops that walked columns or called libm per element were 10-40x slower
 // (bench/RESULTS.md, "The model layers").
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "shardex/device/host/eigen.hpp"
@@ -87,6 +89,57 @@ std::pair<T, T> row_sums(std::int64_t cols, Terms terms) {
   T s1 = pack_sum<T>((a0 + a1) + (a2 + a3)), s2 = pack_sum<T>((b0 + b1) + (b2 + b3));
   for (; c < cols; ++c) terms([c](const T* p) { return p[c]; }, s1, s2);
   return {s1, s2};
+}
+
+// exp of a pack of floats, for the softmax's and the cross-entropy's rows (float only; double
+// stays on Eigen's): Eigen's float exp ran 0.93 ns an element here, this 0.54 (bench/RESULTS.md,
+// "A float exp of packs"). exp(x) = 2^n p(r): n = x log2(e) rounded to nearest, r = x - n ln(2)
+// in two parts (Cody and Waite), p Cephes's degree-6 polynomial for expf, 2^n added to p's
+// exponent bits. Below -86.5, where 2^n would leave the normal floats, the result is 0 (exp(-inf)
+// is 0: the causal mask's weights stay exactly zero); NaN stays NaN.
+using FloatPack = Pack<float>;
+typedef std::int32_t IntPack __attribute__((vector_size(SHARDEX_PACK_BYTES)));
+
+[[gnu::always_inline]] inline FloatPack exp_pack(const FloatPack x) {
+  const FloatPack lo = FloatPack{} - 86.5f, hi = FloatPack{} + 88.3f;
+  const FloatPack xc = x < lo ? lo : (x > hi ? hi : x);
+  const FloatPack round = FloatPack{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const FloatPack n = (xc * 1.44269504088896341f + round) - round;
+  FloatPack r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  FloatPack p = FloatPack{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + (r + 1.0f);
+  const IntPack scaled = std::bit_cast<IntPack>(p) + (__builtin_convertvector(n, IntPack) << 23);
+  const FloatPack e = std::bit_cast<FloatPack>(scaled);
+  return x != x ? x : (x < lo ? FloatPack{} : e);
+}
+
+// out[c] = exp(x[c] - shift) * scale over a row (out may be x); returns the sum of the exps.
+float exp_row(const float* x, float* out, std::int64_t cols, float shift, float scale) {
+  constexpr std::int64_t n = pack_size<float>;
+  FloatPack s0{}, s1{};
+  std::int64_t c = 0;
+  for (; c + 2 * n <= cols; c += 2 * n) {
+    const FloatPack e0 = exp_pack(load_pack(x + c) - shift), e1 = exp_pack(load_pack(x + c + n) - shift);
+    s0 += e0;
+    s1 += e1;
+    if (out) {
+      store_pack(out + c, e0 * scale);
+      store_pack(out + c + n, e1 * scale);
+    }
+  }
+  float sum = pack_sum<float>(s0 + s1);
+  for (; c < cols; ++c) {
+    const float e = std::exp(x[c] - shift);
+    sum += e;
+    if (out) out[c] = e * scale;
+  }
+  return sum;
 }
 
 // Rows r0 .. r0 + Rows - 1 of the norms' gradients (normalize_row_backward of
@@ -182,8 +235,13 @@ void Host::softmax_rows(T* s, std::int64_t rows, std::int64_t cols) {
   for (std::int64_t r = 0; r < rows; ++r) {
     auto row = host::ArrayMap<T>(s + r * cols, static_cast<Eigen::Index>(cols));
     if (cols == 0) continue;
-    row = (row - row.maxCoeff()).exp();
-    row /= row.sum();
+    if constexpr (std::is_same_v<T, float>) {  // the exps written and summed in one pass
+      const float sum = exp_row(s + r * cols, s + r * cols, cols, row.maxCoeff(), 1.0f);
+      row *= 1.0f / sum;
+    } else {
+      row = (row - row.maxCoeff()).exp();
+      row /= row.sum();
+    }
   }
 }
 
@@ -278,7 +336,10 @@ void Host::row_max_sum_exp_and_target(const T* logits, const I* targets, T* max,
     const T* row = logits + t * cols;
     const host::ConstArrayMap<T> x(row, static_cast<Eigen::Index>(cols));
     max[t] = cols == 0 ? -std::numeric_limits<T>::infinity() : x.maxCoeff();
-    sum_exp[t] = cols == 0 ? T(0) : (x - max[t]).exp().sum();
+    if constexpr (std::is_same_v<T, float>)
+      sum_exp[t] = exp_row(row, nullptr, cols, max[t], 1.0f);
+    else
+      sum_exp[t] = cols == 0 ? T(0) : (x - max[t]).exp().sum();
     const std::int64_t c = tokens::owned_row(targets[t], first, cols);
     target_logit[t] = c < 0 ? T(0) : row[c];
   }
@@ -295,8 +356,11 @@ void Host::cross_entropy_backward(const T* logits, const I* targets, const T* ma
                                   T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first) {
   for (std::int64_t t = 0; t < rows; ++t) {
     const auto n = static_cast<Eigen::Index>(cols);
-    host::ArrayMap<T>(dlogits + t * cols, n) =
-        (host::ConstArrayMap<T>(logits + t * cols, n) - max[t]).exp() * (scale[t] / sum_exp[t]);
+    if constexpr (std::is_same_v<T, float>)
+      exp_row(logits + t * cols, dlogits + t * cols, cols, max[t], scale[t] / sum_exp[t]);
+    else
+      host::ArrayMap<T>(dlogits + t * cols, n) =
+          (host::ConstArrayMap<T>(logits + t * cols, n) - max[t]).exp() * (scale[t] / sum_exp[t]);
     const std::int64_t c = tokens::owned_row(targets[t], first, cols);
     if (c >= 0) dlogits[t * cols + c] -= scale[t];
   }

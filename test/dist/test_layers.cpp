@@ -901,4 +901,68 @@ TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp)
   }
 }
 
+// In float the host's softmax and cross-entropy rows take their exps from
+// src/host_passes.cpp's exp of vector registers (double stays on Eigen's): each
+// probability within 1e-5 relative of the one in double (at 2 ulp of the
+// argument's rounding), -inf (the causal mask) exactly 0 (Eigen's float exp,
+// which these rows ran before, gave 4e-40 there), a NaN kept, and what falls
+// below the normal floats 0. Lengths take the loop's pairs of registers and its
+// single elements.
+TEST_CASE(
+    "float softmax and cross-entropy rows: probabilities within 1e-5 of double, masked ones exactly 0, NaN kept") {
+  std::mt19937_64 rng(11);
+  int bad = 0, compared = 0;
+  for (const std::int64_t cols : {1, 7, 16, 17, 40, 85, 256}) {
+    for (const double spread : {1.0, 8.0, 60.0, 200.0}) {
+      std::uniform_real_distribution<double> u(-spread, spread);
+      const std::int64_t rows = 5;
+      std::vector<float> x(static_cast<std::size_t>(rows * cols));
+      for (auto& e : x) e = static_cast<float>(u(rng));
+      for (std::int64_t r = 1; r < rows; ++r)  // row r masks its last r columns (none of a single column)
+        for (std::int64_t c = std::max<std::int64_t>(1, cols - r); c < cols; ++c)
+          x[static_cast<std::size_t>(r * cols + c)] = -std::numeric_limits<float>::infinity();
+      std::vector<float> p = x, dl(x.size()), mx(static_cast<std::size_t>(rows)), se(mx.size()), tl(mx.size());
+      std::vector<float> scale(mx.size(), 1.0f);
+      std::vector<std::int64_t> targets(mx.size(), 0);
+      Host::softmax_rows(p.data(), rows, cols);
+      Host::row_max_sum_exp_and_target(x.data(), targets.data(), mx.data(), se.data(), tl.data(), rows, cols,
+                                       std::int64_t(0));
+      Host::cross_entropy_backward(x.data(), targets.data(), mx.data(), se.data(), scale.data(), dl.data(), rows, cols,
+                                   std::int64_t(0));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double m = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, double(x[static_cast<std::size_t>(r * cols + c)]));
+        for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(double(x[static_cast<std::size_t>(r * cols + c)]) - m);
+        bad += std::abs(se[static_cast<std::size_t>(r)] - sum) > 1e-5 * sum;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          const double want = std::exp(double(x[i]) - m) / sum;
+          // The cross-entropy's gradient with scale 1 is the probability less 1 at the target (column 0).
+          const double got_dl = double(dl[i]) + (c == 0 ? 1.0 : 0.0);
+          if (std::isinf(x[i])) {
+            bad += p[i] != 0.0f || dl[i] != 0.0f;
+          } else if (want >= 1e-30) {
+            bad += std::abs(p[i] - want) > 1e-5 * want;
+            bad += std::abs(got_dl - want) > 1e-5 * want + (c == 0 ? 1e-7 : 0.0);  // 1 - p rounds at 2^-24
+            ++compared;
+          } else if (want < 1e-37) {
+            bad += std::abs(p[i]) > 1e-37f;
+          }
+        }
+      }
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(compared > 1000);
+  std::vector<float> with_nan(20, 1.0f);
+  with_nan[17] = std::numeric_limits<float>::quiet_NaN();  // in the single elements after the registers
+  std::vector<float> nan_in_pack = with_nan;
+  std::swap(nan_in_pack[17], nan_in_pack[3]);
+  Host::softmax_rows(with_nan.data(), 1, 20);
+  Host::softmax_rows(nan_in_pack.data(), 1, 20);
+  CHECK(std::isnan(with_nan[0]));
+  CHECK(std::isnan(nan_in_pack[0]));
+  CHECK(std::isnan(nan_in_pack[3]));
+}
+
 }  // namespace shardex_test_layers
