@@ -152,7 +152,7 @@ void blas_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c
       continue;
     }
     // beta 0: C zeroed here with memset and the product added (beta 1): the same values (0 + the
-    // sum, as after the BLAS's own zeroing pass), sooner; attention's 64-row products 5-30 %
+    // sum, as after the BLAS's own zeroing pass), sooner; on a Zen 2 attention's 64-row products 3-33 %
     // faster, the large ones within noise (bench/RESULTS.md, "Zeroing C before the BLAS").
     T beta_blas = beta;
     if (beta == T(0)) {

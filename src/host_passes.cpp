@@ -2,7 +2,7 @@
 // The host's row and reduction passes (declared in include/shardex/device/host/host.hpp),
 // compiled once here for float and double at the library's optimization: vectorized
 // (Eigen array expressions, loops under SHARDEX_SIMD, or loops over vector registers
-// for the norms), whose math is the element and
+// for the norms and the float exp of the softmax and cross-entropy rows), whose math is the element and
 // row functions of include/shardex/device/norm_ops.hpp and token_ops.hpp that the Cuda
 // kernels run (test/dist/test_layers.cpp checks the two against each other). Scalar
 // loops that walked columns or called libm per element were 10-40x slower
@@ -93,18 +93,19 @@ std::pair<T, T> row_sums(std::int64_t cols, Terms terms) {
 
 // exp of a pack of floats, for the softmax's and the cross-entropy's rows (float only; double
 // stays on Eigen's): Eigen's float exp ran 0.93 ns an element here, this 0.54 (bench/RESULTS.md,
-// "A float exp of packs"). exp(x) = 2^n p(r): n = x log2(e) rounded to nearest, r = x - n ln(2)
-// in two parts (Cody and Waite), p Cephes's degree-6 polynomial for expf, 2^n added to p's
-// exponent bits. Below -86.5, where 2^n would leave the normal floats, the result is 0 (exp(-inf)
-// is 0: the causal mask's weights stay exactly zero); NaN stays NaN.
+// "Zeroing C before the BLAS, and a float exp of packs"). exp(x) = 2^n p(r): n = x log2(e)
+// rounded to nearest, r = x - n ln(2) in two parts (Cody and Waite), p Cephes's degree-6
+// polynomial for expf, 2^n added to p's exponent bits. Below -86.5, where 2^n would leave the
+// normal floats, the result is 0 (exp(-inf) is 0: the causal mask's weights stay exactly zero);
+// NaN stays NaN; above 88.3 it is exp(88.3), not inf (the rows' arguments are x - max <= 0).
 using FloatPack = Pack<float>;
 typedef std::int32_t IntPack __attribute__((vector_size(SHARDEX_PACK_BYTES)));
 
 [[gnu::always_inline]] inline FloatPack exp_pack(const FloatPack x) {
   const FloatPack lo = FloatPack{} - 86.5f, hi = FloatPack{} + 88.3f;
-  const FloatPack xc = x < lo ? lo : (x > hi ? hi : x);
-  const FloatPack round = FloatPack{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const FloatPack n = (xc * 1.44269504088896341f + round) - round;
+  const FloatPack xc = x > lo ? (x < hi ? x : hi) : lo;  // NaN: lo, so that n converts to an int
+  const FloatPack magic = FloatPack{} + 12582912.0f;     // 1.5 * 2^23: adding it rounds to an integer
+  const FloatPack n = (xc * 1.44269504088896341f + magic) - magic;
   FloatPack r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   FloatPack p = FloatPack{} + 1.9875691500e-4f;
@@ -134,10 +135,18 @@ float exp_row(const float* x, float* out, std::int64_t cols, float shift, float 
     }
   }
   float sum = pack_sum<float>(s0 + s1);
-  for (; c < cols; ++c) {
-    const float e = std::exp(x[c] - shift);
-    sum += e;
-    if (out) out[c] = e * scale;
+  // The last columns (fewer than two packs) a pack at a time through a buffer, so that every
+  // column takes the same exp (std::exp's would keep denormals that the packs make 0).
+  for (; c < cols; c += n) {
+    const std::int64_t left = std::min(n, cols - c);
+    float buffer[n];
+    std::fill(buffer, buffer + n, shift);  // lanes past the row: not read back
+    std::copy(x + c, x + c + left, buffer);
+    store_pack(buffer, exp_pack(load_pack(buffer) - shift));
+    for (std::int64_t i = 0; i < left; ++i) {
+      sum += buffer[i];
+      if (out) out[c + i] = buffer[i] * scale;
+    }
   }
   return sum;
 }
