@@ -153,7 +153,7 @@ void blas_gemm(const GemmShape& g, T alpha, const T* a, const T* b, T beta, T* c
     }
     // beta 0: C zeroed here with memset and the product added (beta 1): the same values (0 + the
     // sum, as after the BLAS's own zeroing pass), sooner; on a Zen 2 attention's 64-row products 3-33 %
-    // faster, the large ones within noise (bench/RESULTS.md, "Zeroing C before the BLAS").
+    // faster, the large ones within noise (bench/RESULTS.md, "Zeroing C before the BLAS, and a float exp of packs").
     T beta_blas = beta;
     if (beta == T(0)) {
       if (g.ldc == g.n)

@@ -364,12 +364,13 @@ template <class T, class I>
 void Host::cross_entropy_backward(const T* logits, const I* targets, const T* max, const T* sum_exp, const T* scale,
                                   T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first) {
   for (std::int64_t t = 0; t < rows; ++t) {
-    const auto n = static_cast<Eigen::Index>(cols);
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
       exp_row(logits + t * cols, dlogits + t * cols, cols, max[t], scale[t] / sum_exp[t]);
-    else
+    } else {
+      const auto n = static_cast<Eigen::Index>(cols);
       host::ArrayMap<T>(dlogits + t * cols, n) =
           (host::ConstArrayMap<T>(logits + t * cols, n) - max[t]).exp() * (scale[t] / sum_exp[t]);
+    }
     const std::int64_t c = tokens::owned_row(targets[t], first, cols);
     if (c >= 0) dlogits[t * cols + c] -= scale[t];
   }
