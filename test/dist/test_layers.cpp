@@ -789,6 +789,47 @@ TEST_CASE("split_heads and merge_heads carry the lengths in units of heads, arou
   }
 }
 
+// split_heads, merge_heads and reshape are views (expr/reshape.hpp's
+// same_elements): the result shares its operand's storage, and nothing that
+// writes into an operand in place (an element-wise result, a gradient sum)
+// writes through a view into the tensor it views.
+TEST_CASE("split_heads, merge_heads and reshape are views: no copy, and nothing written through them") {
+  const int n = world().size(), r = world().rank();
+  const std::int64_t B = 2, S = 3, dh = 2;
+  Lens cols(static_cast<std::size_t>(n), 2 * dh);
+  if (n > 1) cols[0] = 0;  // rank 0 holds no head
+  const std::int64_t C = total(cols);
+  const auto f = [](std::span<const std::int64_t> i) { return 0.25 * double(i[0]) - 0.5 * double(i[1]) + 1.0; };
+  auto x = Tensor<double, Sharded<1>>::from_function(world(), {B * S, C}, f, layout_mapping<Sharded<1>>(cols));
+  const std::vector<double> before(x.data(), x.data() + x.size());
+  const auto unchanged = [&] {
+    bool same = true;
+    for (std::int64_t i = 0; i < x.size(); ++i) same = same && x.data()[i] == before[static_cast<std::size_t>(i)];
+    return same;
+  };
+  Tensor<double, Sharded<2>> x4 = split_heads(x, B, dh);
+  Tensor<double, Sharded<1>> x2 = merge_heads(x4);
+  Tensor<double, Sharded<1>> xr = reshape(x, {B * S, C});
+  CHECK(x4.data() == x.data());
+  CHECK(x2.data() == x.data());
+  CHECK(xr.data() == x.data());
+  CHECK(x4.lengths()[static_cast<std::size_t>(r)] == cols[static_cast<std::size_t>(r)] / dh);
+  // An element-wise result may take an operand's storage only where the operand holds it alone.
+  Tensor<double, Sharded<1>> doubled = merge_heads(split_heads(x, B, dh)) * 2.0;
+  CHECK(doubled.data() != x.data());
+  CHECK(unchanged());
+  // Gradients: x's from two views and from x itself, through an intermediate that is not a leaf.
+  x.requires_grad();
+  Tensor<double, Sharded<1>> y = x * 3.0;
+  Tensor<double, Sharded<1>> y2 = merge_heads(split_heads(y, B, dh));
+  Tensor<double, Partial> loss = sum(y2 * y2) + sum(reshape(y, {B * S, C})) + sum(y);
+  backward(loss);
+  CHECK(unchanged());
+  bool grads = true;  // d/dx of 9 x^2 + 3 x + 3 x
+  for (std::int64_t i = 0; i < x.size(); ++i) grads = grads && close(x.grad().data()[i], 18.0 * before[static_cast<std::size_t>(i)] + 6.0, 1e-12);
+  CHECK(grads);
+}
+
 // The host runs the norms', cross-entropy's and the mask's row passes as Eigen
 // expressions and vector-register loops (src/host_passes.cpp); the Cuda kernels
 // run the element and row functions of device/norm_ops.hpp and token_ops.hpp.

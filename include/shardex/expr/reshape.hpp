@@ -5,7 +5,9 @@
 /// shape. Whole layouts take any shape with as many elements; a `Sharded<D>`
 /// tensor keeps dims 0..D as they are (so each rank's slice stays one block)
 /// and may regroup the dims after D, e.g. (seq, heads * dh) -> (seq, heads, dh).
-/// Local; the backward reshapes the gradient back.
+/// Local and without a copy: the result is a view of x's storage, as torch's
+/// view is (writing one writes the other); the backward views the gradient
+/// back.
 
 #include <string>
 #include <vector>
@@ -50,27 +52,28 @@ auto reshape(const E& x, const Shape& to) {
 namespace detail {
 
 /// x's local elements, in the same row-major order, as a tensor of layout L,
-/// global shape `to` and mapping `m` (one local copy); its backward, recorded
-/// as `op`, copies the gradient back into x's shape. Reshape and the heads'
-/// split and merge (nn/heads.hpp) are this.
+/// global shape `to` and mapping `m`: a view of x's storage, no copy (the
+/// operations that write into an operand do so only into storage it holds
+/// alone, tensor.hpp's owns_storage_alone); its backward, recorded as `op`,
+/// sees the gradient as x's the same way. Reshape and the heads' split and
+/// merge (nn/heads.hpp) are this.
 template <LayoutTag L, class X>
 auto same_elements(const X& x, const Shape& to, layout_mapping<L> m, const char* op) {
   using T = typename X::value_type;
   using Dev = typename X::device_type;
-  auto out = Tensor<T, L, Dev>::zeroed(x.comm(), to, std::move(m));
-  copy_elements<Dev>(x.data(), out.data(), x.size());
+  using LX = typename X::layout_type;
+  auto out = x.template viewed_as<L>(to, std::move(m));
   if (x.node())
-    out.record(op, {x.node()}, [in = x.node()](const Tensor<T, dual_t<L>, Dev>& g) {
-      auto gx = in->make_full(T(0));
-      copy_elements<Dev>(g.data(), gx.data(), g.size());
-      in->accumulate(gx);
-    });
+    out.record(op, {x.node()},
+               [in = x.node(), from = x.shape(), gm = dual_mapping<LX>(x.mapping())](
+                   const Tensor<T, dual_t<L>, Dev>& g) { in->accumulate(g.template viewed_as<dual_t<LX>>(from, gm)); });
   return out;
 }
 
 }  // namespace detail
 
-/// Runs the node: one local copy; the backward copies the gradient back.
+/// Runs the node: a view of x's local elements, no copy; the backward views
+/// the gradient back.
 /// @throws invalid_argument if the element count differs, or a sharded x's
 /// dims up to the sharded one change.
 template <TensorExpr E>

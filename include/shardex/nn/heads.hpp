@@ -7,7 +7,8 @@
 /// units of heads: a column-parallel projection `Sharded<1>` whose lengths
 /// are multiples of dh (3 heads of 64 columns: 192) becomes `Sharded<2>` with
 /// lengths in heads (3), and back. Whole layouts stay whole. The same row-major
-/// elements (one local copy); the backward is the other function.
+/// elements, a view of the operand's storage with no copy; the backward is the
+/// other function.
 ///
 /// @code
 /// Tensor<float, Sharded<1>> q = matmul(x, w_q);            // (tokens, 12 * 64), lengths 3*64, 3*64, 2*64, ...
@@ -97,8 +98,8 @@ auto merge_heads(const E& y) {
   return Heads<E, false>(y, 0, 0);
 }
 
-/// Runs the node: one local copy of the same row-major elements; the backward
-/// copies the gradient back.
+/// Runs the node: a view of the same row-major elements, no copy; the backward
+/// views the gradient back.
 /// @throws invalid_argument unless the shapes divide (tokens by batch, columns
 /// and each rank's length by dh) and x has the rank the function takes.
 template <TensorExpr E, bool Split>

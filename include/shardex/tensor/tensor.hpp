@@ -380,6 +380,20 @@ public:
     return Tensor<T, L2, Device>::adopt(comm_, global_, std::move(m), storage_, data_);
   }
 
+  /// The same local elements, in the same row-major order, under layout L2,
+  /// global shape `global` and mapping `m`: a view sharing this tensor's
+  /// storage (no copy; as with torch's view, writing one writes the other).
+  /// The local element counts must be the same.
+  template <LayoutTag L2>
+  [[nodiscard]] Tensor<T, L2, Device> viewed_as(const Shape& global, layout_mapping<L2> m) const {
+    auto t = Tensor<T, L2, Device>::adopt(comm_, global, std::move(m), storage_, data_);
+    if (t.local_shape().numel() != local_.numel())
+      throw error("shardex::Tensor::viewed_as on rank " + std::to_string(comm_.rank()) + ": the local shape " +
+                  local_.str() + " has not the element count of the local shape " + t.local_shape().str() + " of " +
+                  t.describe());
+    return t;
+  }
+
   /// The same local data seen from another communicator of a mesh: the
   /// layout, global shape and lengths that tensor has along another axis
   /// (mesh/mesh_tensor.hpp). The local shapes must be the same.
