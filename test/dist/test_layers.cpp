@@ -538,6 +538,61 @@ double reference_attention(std::int64_t b, std::int64_t i, std::int64_t h, std::
   return o;
 }
 
+/// The gradients of attention_with_bump's loss sum(y * g) (no bump) in plain loops, each element of
+/// q, k and v: with P_i the softmax of row i over keys j <= i and dP_ij = g_i . v_j, dS_ij =
+/// P_ij (dP_ij - sum_j' P_ij' dP_ij') / sqrt(dh); dq_i = sum_j dS_ij k_j, dk_j = sum_(h, i >= j) dS_ij
+/// q_i, dv_j = sum_(h, i >= j) P_ij g_i. Flat (b, s, heads, dh) arrays.
+std::array<std::vector<double>, 3> reference_attention_grads(std::int64_t B, std::int64_t S, std::int64_t Hq,
+                                                             std::int64_t Hk, std::int64_t dh) {
+  const std::int64_t group = Hq / Hk;
+  std::array<std::vector<double>, 3> grads{std::vector<double>(static_cast<std::size_t>(B * S * Hq * dh), 0.0),
+                                           std::vector<double>(static_cast<std::size_t>(B * S * Hk * dh), 0.0),
+                                           std::vector<double>(static_cast<std::size_t>(B * S * Hk * dh), 0.0)};
+  const auto at = [&](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t heads) {
+    return static_cast<std::size_t>(((b * S + s) * heads + h) * dh);
+  };
+  const double scale = 1 / std::sqrt(static_cast<double>(dh));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < Hq; ++h)
+      for (std::int64_t i = 0; i < S; ++i) {
+        const std::int64_t kv = h / group;
+        std::vector<double> p, dp;
+        double m = -INFINITY, z = 0, r = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double dot = 0, gv = 0;
+          for (std::int64_t c = 0; c < dh; ++c) {
+            dot += qkv_at(b, i, h, c, 51) * qkv_at(b, j, kv, c, 52);
+            gv += qkv_at(b, i, h, c, 54) * qkv_at(b, j, kv, c, 53);
+          }
+          p.push_back(dot * scale);
+          dp.push_back(gv);
+          m = std::max(m, p.back());
+        }
+        for (auto& x : p) z += (x = std::exp(x - m));
+        for (std::size_t j = 0; j < p.size(); ++j) r += (p[j] /= z) * dp[j];
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const auto uj = static_cast<std::size_t>(j);
+          const double ds = p[uj] * (dp[uj] - r) * scale;
+          for (std::int64_t c = 0; c < dh; ++c) {
+            const auto uc = static_cast<std::size_t>(c);
+            grads[0][at(b, i, h, Hq) + uc] += ds * qkv_at(b, j, kv, c, 52);
+            grads[1][at(b, j, kv, Hk) + uc] += ds * qkv_at(b, i, h, c, 51);
+            grads[2][at(b, j, kv, Hk) + uc] += p[uj] * qkv_at(b, i, h, c, 54);
+          }
+        }
+      }
+  return grads;
+}
+
+/// Whether every element of a gradient equals the reference's to `rel` (relative, or absolute near 0).
+template <class G>
+bool equals_reference(const G& grad, const std::vector<double>& want, double rel) {
+  const auto got = grad.local();
+  bool ok = got.size() == want.size();
+  for (std::size_t i = 0; ok && i < got.size(); ++i) ok = close(got[i], want[i], rel);
+  return ok;
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE(
@@ -659,6 +714,12 @@ TEST_CASE(
   };
   const auto [l0, dq, dk, dv, y0] = run(-1, 0, 0.0);
   (void)l0;
+  // Every element of the three gradients (dk and dv are written by the last block first, beta 0, and
+  // added to by the others) against plain loops.
+  const auto want = reference_attention_grads(B, S, Hq, Hk, dh);
+  CHECK(equals_reference(dq, want[0], 1e-11));
+  CHECK(equals_reference(dk, want[1], 1e-11));
+  CHECK(equals_reference(dv, want[2], 1e-11));
   bool fwd = true;
   for (std::int64_t i = 0; i < S; ++i)
     for (std::int64_t h = 0; h < Hq; ++h)
@@ -712,6 +773,12 @@ TEST_CASE(
   CHECK(same(std::get<2>(kept), std::get<2>(recomputed)));  // dk
   CHECK(same(std::get<3>(kept), std::get<3>(recomputed)));  // dv
   CHECK(same(std::get<4>(kept), std::get<4>(recomputed)));  // y
+  const auto want = reference_attention_grads(B, S, Hq, Hk, dh);  // two sequences, two groups of two heads
+  for (int i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(equals_reference(i == 0 ? std::get<1>(kept) : i == 1 ? std::get<2>(kept) : std::get<3>(kept),
+                           want[static_cast<std::size_t>(i)], 1e-11));
+  }
 
   // What a forward leaves held for its backward: the output, and the probabilities when they fit the limit.
   const std::int64_t pairs = detail::CausalShapes{B, S, Hq, Hk, dh}.computed_pairs();

@@ -143,6 +143,15 @@ struct CausalShapes {
   void for_each_block(F&& f) const {
     for (std::int64_t r0 = 0; r0 < seq; r0 += rows_per_block) f(r0, std::min(seq, r0 + rows_per_block));
   }
+  /// The same blocks from the last to the first: the first one's keys [0, seq)
+  /// are all of them, so the backward writes dK and dV whole there (beta 0) and
+  /// adds the other blocks' parts to them, with no zeroing pass first.
+  template <class F>
+  void for_each_block_last_first(F&& f) const {
+    if (seq <= 0) return;
+    for (std::int64_t r0 = (seq - 1) / rows_per_block * rows_per_block; r0 >= 0; r0 -= rows_per_block)
+      f(r0, std::min(seq, r0 + rows_per_block));
+  }
   /// The (query, key) pairs whose scores one sequence's blocks compute: seq^2 at
   /// seq <= rows_per_block, 5/8 of it at 4 blocks (what a flop count of the products counts).
   [[nodiscard]] std::int64_t computed_pairs() const {
@@ -250,16 +259,22 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
     autodiff::add_input(inputs, v.node());
     out.record("causal_attention", std::move(inputs),
                [q, k, v, cs, scale, probabilities, kept, pairs](const Tensor<T, dual_t<L>, Dev>& g) {
-                 // dq is written whole (beta 0, each block its rows), dk and dv accumulate over heads,
-                 // sequences and blocks.
+                 // dq is written whole (beta 0, each block its rows); dk and dv by each sequence's last
+                 // block first (its keys are all of the sequence's: beta 0 from a group's first head), then
+                 // accumulated over the group's other heads and the sequence's other blocks (beta 1).
                  auto dq = q.node() ? q.node()->make_empty() : typename decltype(q)::grad_type{};
-                 auto dk = k.node() ? k.node()->make_full(T(0)) : typename decltype(k)::grad_type{};
-                 auto dv = v.node() ? v.node()->make_full(T(0)) : typename decltype(v)::grad_type{};
+                 auto dk = k.node() ? k.node()->make_empty() : typename decltype(k)::grad_type{};
+                 auto dv = v.node() ? v.node()->make_empty() : typename decltype(v)::grad_type{};
                  auto scratch = kept ? nullptr : Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  auto ds = Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  for (std::int64_t b = 0; b < cs.batch; ++b)
-                   cs.for_each_block([&](std::int64_t r0, std::int64_t r1) {
+                   cs.for_each_block_last_first([&](std::int64_t r0, std::int64_t r1) {
                      const std::int64_t nb = r1 - r0;
+                     // beta for dK's and dV's rows [0, r1): 0 where the sequence's last block writes a
+                     // group's first head, else 1.
+                     const auto into_dkv = [&](std::int64_t h) {
+                       return r1 == cs.seq && h % cs.group() == 0 ? T(0) : T(1);
+                     };
                      const T* p = kept ? kept.get() + cs.kept_at(b, r0, pairs) : scratch.get();
                      if (!kept)  // recomputed: one block at a time
                        probabilities(q.data(), k.data(), b, r0, r1, scratch.get());
@@ -267,7 +282,7 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
                        const std::int64_t kv = h / cs.group();
                        if (v.node())  // dV_kv[0, r1) += P_h^T G_h
                          Dev::gemm(cs.apply_transposed(nb, r1), T(1), p + h * nb * r1, g.data() + cs.q_at(b, h, r0),
-                                   T(1), dv.data() + cs.kv_at(b, kv));
+                                   into_dkv(h), dv.data() + cs.kv_at(b, kv));
                      }
                      if (!q.node() && !k.node()) return;
                      // dP = G V^T per group, then dS = scale * P * (dP - rowsum(dP * P)) in place.
@@ -282,7 +297,7 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
                        if (k.node())  // dK_kv[0, r1) += dS_h^T Q_h over the group's heads
                          for (std::int64_t h = kv * cs.group(); h < (kv + 1) * cs.group(); ++h)
                            Dev::gemm(cs.apply_transposed(nb, r1), T(1), ds.get() + h * nb * r1,
-                                     q.data() + cs.q_at(b, h, r0), T(1), dk.data() + cs.kv_at(b, kv));
+                                     q.data() + cs.q_at(b, h, r0), into_dkv(h), dk.data() + cs.kv_at(b, kv));
                      }
                    });
                  if (q.node()) q.node()->accumulate(dq);
