@@ -752,6 +752,28 @@ TEST_CASE(
   CHECK(after_changed);
 }
 
+TEST_CASE("causal_attention with q of no heads: k's and v's gradients are zeros, written though no product runs") {
+  const std::int64_t B = 2, S = 70, Hk = 1, dh = 3;  // two blocks of query rows
+  const auto make = [&](std::int64_t heads, int salt) {
+    return Tensor<double, Replicated>::from_function(
+        world(), {B, S, heads, dh},
+        [salt](std::span<const std::int64_t> i) { return qkv_at(i[0], i[1], i[2], i[3], salt); });
+  };
+  auto q = make(0, 51), k = make(Hk, 52), v = make(Hk, 53);
+  for (auto* t : {&q, &k, &v}) t->requires_grad();
+  Tensor<double, Replicated> y = causal_attention(q, k, v);
+  Tensor<double, Replicated> loss = sum(y);
+  {  // storage of k's size full of NaN, back in the pool where the backward takes its gradients from
+    auto a = Tensor<double, Replicated>::full(world(), k.shape(), NAN);
+    auto b = Tensor<double, Replicated>::full(world(), k.shape(), NAN);
+  }
+  backward(loss);
+  bool zeros = true;
+  for (double x : k.grad().local()) zeros = zeros && x == 0.0;
+  for (double x : v.grad().local()) zeros = zeros && x == 0.0;
+  CHECK(zeros);
+}
+
 TEST_CASE(
     "causal_attention's backward from the forward's kept probabilities equals the one recomputing them (two "
     "sequences of three blocks, grouped heads); the limit on their bytes decides which") {
@@ -769,14 +791,16 @@ TEST_CASE(
   set_attention_kept_probabilities_limit(0);
   const auto recomputed = attention_with_bump(B, S, Hq, Hk, dh, -1, 0, 0.0);
   CHECK(close(std::get<0>(kept), std::get<0>(recomputed), 1e-13));
-  CHECK(same(std::get<1>(kept), std::get<1>(recomputed)));  // dq
-  CHECK(same(std::get<2>(kept), std::get<2>(recomputed)));  // dk
-  CHECK(same(std::get<3>(kept), std::get<3>(recomputed)));  // dv
-  CHECK(same(std::get<4>(kept), std::get<4>(recomputed)));  // y
+  CHECK(same(std::get<1>(kept), std::get<1>(recomputed)));        // dq
+  CHECK(same(std::get<2>(kept), std::get<2>(recomputed)));        // dk
+  CHECK(same(std::get<3>(kept), std::get<3>(recomputed)));        // dv
+  CHECK(same(std::get<4>(kept), std::get<4>(recomputed)));        // y
   const auto want = reference_attention_grads(B, S, Hq, Hk, dh);  // two sequences, two groups of two heads
   for (int i = 0; i < 3; ++i) {
     CAPTURE(i);
-    CHECK(equals_reference(i == 0 ? std::get<1>(kept) : i == 1 ? std::get<2>(kept) : std::get<3>(kept),
+    CHECK(equals_reference(i == 0   ? std::get<1>(kept)
+                           : i == 1 ? std::get<2>(kept)
+                                    : std::get<3>(kept),
                            want[static_cast<std::size_t>(i)], 1e-11));
   }
 
@@ -893,7 +917,8 @@ TEST_CASE("split_heads, merge_heads and reshape are views: no copy, and nothing 
   backward(loss);
   CHECK(unchanged());
   bool grads = true;  // d/dx of 9 x^2 + 3 x + 3 x
-  for (std::int64_t i = 0; i < x.size(); ++i) grads = grads && close(x.grad().data()[i], 18.0 * before[static_cast<std::size_t>(i)] + 6.0, 1e-12);
+  for (std::int64_t i = 0; i < x.size(); ++i)
+    grads = grads && close(x.grad().data()[i], 18.0 * before[static_cast<std::size_t>(i)] + 6.0, 1e-12);
   CHECK(grads);
 }
 

@@ -263,8 +263,14 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
                  // block first (its keys are all of the sequence's: beta 0 from a group's first head), then
                  // accumulated over the group's other heads and the sequence's other blocks (beta 1).
                  auto dq = q.node() ? q.node()->make_empty() : typename decltype(q)::grad_type{};
-                 auto dk = k.node() ? k.node()->make_empty() : typename decltype(k)::grad_type{};
-                 auto dv = v.node() ? v.node()->make_empty() : typename decltype(v)::grad_type{};
+                 // (With q of no heads, k's and v's gradients are zeros that no product writes.)
+                 const auto dkv_of = [&](const auto& t) {
+                   return !t.node()   ? typename std::remove_cvref_t<decltype(t)>::grad_type{}
+                          : cs.hq > 0 ? t.node()->make_empty()
+                                      : t.node()->make_full(T(0));
+                 };
+                 auto dk = dkv_of(k);
+                 auto dv = dkv_of(v);
                  auto scratch = kept ? nullptr : Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  auto ds = Dev::template allocate_uninitialized<T>(cs.block_capacity());
                  for (std::int64_t b = 0; b < cs.batch; ++b)
