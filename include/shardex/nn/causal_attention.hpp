@@ -263,11 +263,12 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
                  // block first (its keys are all of the sequence's: beta 0 from a group's first head), then
                  // accumulated over the group's other heads and the sequence's other blocks (beta 1).
                  auto dq = q.node() ? q.node()->make_empty() : typename decltype(q)::grad_type{};
-                 // (With q of no heads, k's and v's gradients are zeros that no product writes.)
+                 // (With q of no heads at all, k's and v's gradients are zeros no product writes; the
+                 // choice the same on every rank, as make_full is collective.)
                  const auto dkv_of = [&](const auto& t) {
-                   return !t.node()   ? typename std::remove_cvref_t<decltype(t)>::grad_type{}
-                          : cs.hq > 0 ? t.node()->make_empty()
-                                      : t.node()->make_full(T(0));
+                   return !t.node()          ? typename std::remove_cvref_t<decltype(t)>::grad_type{}
+                          : q.shape()[2] > 0 ? t.node()->make_empty()
+                                             : t.node()->make_full(T(0));
                  };
                  auto dk = dkv_of(k);
                  auto dv = dkv_of(v);
