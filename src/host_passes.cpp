@@ -121,11 +121,26 @@ typedef std::int32_t IntPack __attribute__((vector_size(SHARDEX_PACK_BYTES)));
 }
 
 // out[c] = exp(x[c] - shift) * scale over a row (out may be x); returns the sum of the exps.
-float exp_row(const float* x, float* out, std::int64_t cols, float shift, float scale) {
-  constexpr std::int64_t n = pack_size<float>;
+// With `next` (the next row, next_cols long), that row is asked of memory a
+// line (16 floats) at a time, spread over this row's loop: the exps are
+// arithmetic on a row in cache, and the next row's pass then finds it in L2
+// instead of waiting on memory with nothing else to do (cross-entropy over
+// GPT-2's 25129 columns a rank: forward 25.5 -> 18.1 ms, bench/RESULTS.md,
+// "The next row's logits asked for early").
+float exp_row(const float* x, float* out, std::int64_t cols, float shift, float scale, const float* next = nullptr,
+              std::int64_t next_cols = 0) {
+  constexpr std::int64_t n = pack_size<float>, step = 2 * n;
   FloatPack s0{}, s1{};
   std::int64_t c = 0;
-  for (; c + 2 * n <= cols; c += 2 * n) {
+  // A line of the next row every `every` columns of this one (a multiple of the loop's step).
+  const std::int64_t every =
+      next && next_cols > 0 ? std::max(step, (cols * 16 / next_cols + step - 1) / step * step) : 0;
+  const float* ahead = next;
+  for (; c + step <= cols; c += step) {
+    if (every && c % every == 0 && ahead < next + next_cols) {
+      __builtin_prefetch(ahead, 0, 2);
+      ahead += 16;
+    }
     const FloatPack e0 = exp_pack(load_pack(x + c) - shift), e1 = exp_pack(load_pack(x + c + n) - shift);
     s0 += e0;
     s1 += e1;
@@ -157,7 +172,8 @@ float exp_row(const float* x, float* out, std::int64_t cols, float shift, float 
 // in L1; then one pass over the columns writes every row's dx and adds the
 // block's terms to dw and db once, not once per row: their loads and stores
 // were most of a row's (bench/RESULTS.md, the norms).
-template <int Rows, class T>
+// AddToDx: dx += the gradient (the residual stream's gradient, nn/norm.hpp) instead of dx = it.
+template <int Rows, bool AddToDx, class T>
 void norm_backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
                         std::int64_t r0, std::int64_t cols, bool rms) {
   const T* xr[Rows];
@@ -185,7 +201,11 @@ void norm_backward_rows(const T* x, const T* w, const T* g, const T* mean, const
     for (int k = 0; k < Rows; ++k) {
       const auto gk = at(gr[k]);
       const auto xhat = (at(xr[k]) - m[k]) * s[k];
-      put(dxr[k], s[k] * (gk * at(w) - a[k] - xhat * b[k]));
+      const auto dxk = s[k] * (gk * at(w) - a[k] - xhat * b[k]);
+      if constexpr (AddToDx)
+        put(dxr[k], at(dxr[k]) + dxk);
+      else
+        put(dxr[k], dxk);
       dw_sum += gk * xhat;
       db_sum += gk;
     }
@@ -201,12 +221,12 @@ void norm_backward_rows(const T* x, const T* w, const T* g, const T* mean, const
 }
 
 // Every row of the norms' gradients, four at a time.
-template <class T>
+template <bool AddToDx, class T>
 void norm_backward_all_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
                             std::int64_t rows, std::int64_t cols, bool rms) {
   std::int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) norm_backward_rows<4>(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
-  for (; r < rows; ++r) norm_backward_rows<1>(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
+  for (; r + 4 <= rows; r += 4) norm_backward_rows<4, AddToDx>(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
+  for (; r < rows; ++r) norm_backward_rows<1, AddToDx>(x, w, g, mean, rstd, dx, dw, db, r, cols, rms);
 }
 
 }  // namespace
@@ -299,16 +319,20 @@ template <class T>
 void Host::norm_backward_input(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx,
                                std::int64_t rows, std::int64_t cols, bool rms) {
   if (cols == 0) return;
-  norm_backward_all_rows(x, w, g, mean, rstd, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr), rows, cols, rms);
+  norm_backward_all_rows<false>(x, w, g, mean, rstd, dx, static_cast<T*>(nullptr), static_cast<T*>(nullptr), rows, cols,
+                                rms);
 }
 
 template <class T>
 void Host::norm_backward_fused(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
-                               std::int64_t rows, std::int64_t cols, bool rms) {
+                               std::int64_t rows, std::int64_t cols, bool rms, bool add_to_dx) {
   std::fill(dw, dw + cols, T(0));
   if (db) std::fill(db, db + cols, T(0));
   if (cols == 0) return;
-  norm_backward_all_rows(x, w, g, mean, rstd, dx, dw, db, rows, cols, rms);
+  if (add_to_dx)
+    norm_backward_all_rows<true>(x, w, g, mean, rstd, dx, dw, db, rows, cols, rms);
+  else
+    norm_backward_all_rows<false>(x, w, g, mean, rstd, dx, dw, db, rows, cols, rms);
 }
 
 template <class T>
@@ -337,7 +361,8 @@ void Host::causal_mask(T* scores, std::int64_t blocks, std::int64_t rows, std::i
 // Row by row, the maximum and the sum of exponentials while the row is in
 // cache: over GPT-2's 25129 columns a rank, a pass for the maxima and
 // another for the sums read the logits from memory twice (1024 rows: 29 ms
-// against 17; bench/RESULTS.md, "Cross-entropy's rows read once").
+// against 17; bench/RESULTS.md, "Cross-entropy's rows read once"), and the
+// next row asked for while this one's exps are summed (exp_row).
 template <class T, class I>
 void Host::row_max_sum_exp_and_target(const T* logits, const I* targets, T* max, T* sum_exp, T* target_logit,
                                       std::int64_t rows, std::int64_t cols, std::int64_t first) {
@@ -346,7 +371,7 @@ void Host::row_max_sum_exp_and_target(const T* logits, const I* targets, T* max,
     const host::ConstArrayMap<T> x(row, static_cast<Eigen::Index>(cols));
     max[t] = cols == 0 ? -std::numeric_limits<T>::infinity() : x.maxCoeff();
     if constexpr (std::is_same_v<T, float>)
-      sum_exp[t] = exp_row(row, nullptr, cols, max[t], 1.0f);
+      sum_exp[t] = exp_row(row, nullptr, cols, max[t], 1.0f, t + 1 < rows ? row + cols : nullptr, cols);
     else
       sum_exp[t] = cols == 0 ? T(0) : (x - max[t]).exp().sum();
     const std::int64_t c = tokens::owned_row(targets[t], first, cols);
@@ -365,7 +390,8 @@ void Host::cross_entropy_backward(const T* logits, const I* targets, const T* ma
                                   T* dlogits, std::int64_t rows, std::int64_t cols, std::int64_t first) {
   for (std::int64_t t = 0; t < rows; ++t) {
     if constexpr (std::is_same_v<T, float>) {
-      exp_row(logits + t * cols, dlogits + t * cols, cols, max[t], scale[t] / sum_exp[t]);
+      exp_row(logits + t * cols, dlogits + t * cols, cols, max[t], scale[t] / sum_exp[t],
+              t + 1 < rows ? logits + (t + 1) * cols : nullptr, cols);
     } else {
       const auto n = static_cast<Eigen::Index>(cols);
       host::ArrayMap<T>(dlogits + t * cols, n) =
@@ -414,7 +440,7 @@ void Host::adam_update(T* p, T* m, T* v, T* g, std::int64_t n, const optim::Adam
   template void Host::norm_backward_input<T>(const T*, const T*, const T*, const T*, const T*, T*, std::int64_t,      \
                                              std::int64_t, bool);                                                     \
   template void Host::norm_backward_fused<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,            \
-                                             std::int64_t, std::int64_t, bool);                                       \
+                                             std::int64_t, std::int64_t, bool, bool);                                 \
   template void Host::norm_backward_weight<T>(const T*, const T*, const T*, const T*, T*, T*, std::int64_t,           \
                                               std::int64_t);                                                          \
   template void Host::causal_mask<T>(T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t);                     \

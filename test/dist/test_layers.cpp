@@ -952,6 +952,12 @@ TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp)
       Host::norm_backward_weight(x.data(), g.data(), mean.data(), rstd.data(), dw.data(), db.data(), rows, cols);
       Host::norm_backward_fused(x.data(), w.data(), g.data(), mean.data(), rstd.data(), fdx.data(), fdw.data(),
                                 fdb.data(), rows, cols, rms);
+      // Added to what dx holds (nn/norm.hpp: into the residual stream's gradient): start + dx.
+      std::vector<T> start(x.size()), adx(x.size()), adw(w.size()), adb(w.size());
+      for (auto& e : start) e = static_cast<T>(u(rng));
+      adx = start;
+      Host::norm_backward_fused(x.data(), w.data(), g.data(), mean.data(), rstd.data(), adx.data(), adw.data(),
+                                adb.data(), rows, cols, rms, true);
       int bad = 0;
       for (std::int64_t r = 0; r < rows; ++r) {
         T m{}, s{};
@@ -968,14 +974,16 @@ TEST_CASE_TEMPLATE("the device's element functions (norm_ops.hpp, token_ops.hpp)
             return std::abs(double(a) - double(want)) <= tol * (1 + std::abs(double(want))) * std::max(1.0, double(s));
           };
           bad += !near(y[i], yr[static_cast<std::size_t>(c)]) + !near_dx(dx[i], dxr[static_cast<std::size_t>(c)]) +
-                 !near_dx(fdx[i], dxr[static_cast<std::size_t>(c)]);
+                 !near_dx(fdx[i], dxr[static_cast<std::size_t>(c)]) +
+                 !near_dx(adx[i] - start[i], dxr[static_cast<std::size_t>(c)]);
         }
       }
       std::vector<T> cw(w.size()), cb(w.size());  // weight_grad_column writes column c of them
       for (std::int64_t c = 0; c < cols; ++c) {
         norms::weight_grad_column(x.data(), g.data(), mean.data(), rstd.data(), rows, cols, c, cw.data(), cb.data());
         const auto i = static_cast<std::size_t>(c);
-        bad += !near(dw[i], cw[i]) + !near(db[i], cb[i]) + !near(fdw[i], cw[i]) + !near(fdb[i], cb[i]);
+        bad += !near(dw[i], cw[i]) + !near(db[i], cb[i]) + !near(fdw[i], cw[i]) + !near(fdb[i], cb[i]) +
+               !near(adw[i], cw[i]) + !near(adb[i], cb[i]);
       }
       CHECK(bad == 0);
     }

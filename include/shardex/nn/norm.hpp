@@ -134,26 +134,32 @@ auto evaluate(const Norm<X, W, Rms>& e) {
         [x, w, b, mean, rstd, rows, cols, bias_grad](const Tensor<T, dual_t<L>, Dev>& g) {
           // Every gradient asked for, each written whole by the passes below.
           const bool weights = w.node() || bias_grad;
-          auto dx = x.node() ? x.node()->make_empty() : typename decltype(x)::grad_type{};
           auto dw = w.node() ? w.node()->make_empty()
                              : (weights ? b.node()->make_empty() : typename decltype(w)::grad_type{});
           auto db = bias_grad ? b.node()->make_empty() : dw;
           T* db_data = bias_grad ? db.data() : static_cast<T*>(nullptr);
           bool done = false;
           if constexpr (requires(T * p, const T* q) {
-                          Dev::norm_backward_fused(q, q, q, q, q, p, p, p, rows, cols, Rms);
+                          Dev::norm_backward_fused(q, q, q, q, q, p, p, p, rows, cols, Rms, true);
                         }) {
-            if (x.node() && weights) {  // the host: every gradient in one pass over the rows
-              Dev::norm_backward_fused(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx.data(), dw.data(),
-                                       db_data, rows, cols, Rms);
+            if (x.node() && weights) {
+              // The host: every gradient in one pass over the rows, x's added straight into its gradient
+              // where that adds in place (beta 1: the residual stream's, which holds the skip path's
+              // contribution already), else written into fresh storage (beta 0) and accumulated.
+              x.node()->accumulate_product([&](T* dx, T beta) {
+                Dev::norm_backward_fused(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx, dw.data(), db_data,
+                                         rows, cols, Rms, beta != T(0));
+              });
               done = true;
             }
           }
-          if (!done && x.node())
+          if (!done && x.node()) {
+            auto dx = x.node()->make_empty();
             Dev::norm_backward_input(x.data(), w.data(), g.data(), mean.get(), rstd.get(), dx.data(), rows, cols, Rms);
+            x.node()->accumulate(dx);
+          }
           if (!done && weights)
             Dev::norm_backward_weight(x.data(), g.data(), mean.get(), rstd.get(), dw.data(), db_data, rows, cols);
-          if (x.node()) x.node()->accumulate(dx);
           if (w.node()) w.node()->accumulate(dw);
           if (bias_grad) b.node()->accumulate(db);
         });

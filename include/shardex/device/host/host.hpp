@@ -158,10 +158,12 @@ struct Host {
   /// The input's, the weight's and the bias's gradients in one pass over the
   /// rows (each row read once from memory; db may be null): what
   /// norm_backward_input and norm_backward_weight compute, as nn/norm.hpp runs
-  /// it on a device that has it.
+  /// it on a device that has it. With add_to_dx, dx += the input's gradient
+  /// (into a gradient that already holds another contribution: the residual
+  /// stream's, with no fresh storage and no second pass adding it).
   template <class T>
   static void norm_backward_fused(const T* x, const T* w, const T* g, const T* mean, const T* rstd, T* dx, T* dw, T* db,
-                                  std::int64_t rows, std::int64_t cols, bool rms);
+                                  std::int64_t rows, std::int64_t cols, bool rms, bool add_to_dx = false);
   template <class T>
   static void norm_backward_weight(const T* x, const T* g, const T* mean, const T* rstd, T* dw, T* db,
                                    std::int64_t rows, std::int64_t cols);
