@@ -132,15 +132,14 @@ float exp_row(const float* x, float* out, std::int64_t cols, float shift, float 
   constexpr std::int64_t n = pack_size<float>, step = 2 * n;
   FloatPack s0{}, s1{};
   std::int64_t c = 0;
-  // A line of the next row every `every` columns of this one (a multiple of the loop's step).
-  const std::int64_t every =
-      next && next_cols > 0 ? std::max(step, (cols * 16 / next_cols + step - 1) / step * step) : 0;
-  const float* ahead = next;
+  // The next row's lines spread evenly over this row's iterations (Bresenham: `owed` counts the
+  // lines due, in units of 1 / iterations), each asked for once, none past the row.
+  const std::int64_t iterations = cols / step, lines = next && iterations > 0 ? (next_cols + 15) / 16 : 0;
+  std::int64_t owed = 0, line_at = 0;
   for (; c + step <= cols; c += step) {
-    if (every && c % every == 0 && ahead < next + next_cols) {
-      __builtin_prefetch(ahead, 0, 2);
-      ahead += 16;
-    }
+    if (lines > 0)
+      for (owed += lines; owed >= iterations; owed -= iterations, line_at += 16)
+        __builtin_prefetch(next + line_at, 0, 2);
     const FloatPack e0 = exp_pack(load_pack(x + c) - shift), e1 = exp_pack(load_pack(x + c + n) - shift);
     s0 += e0;
     s1 += e1;

@@ -397,10 +397,15 @@ TEST_CASE_TEMPLATE(
   }
 }
 
-TEST_CASE("layer_norm and rms_norm: finite differences agree with every gradient") {
+// With `residual`, the loss is sum((h + norm(h) * g) * g), h = x + x: a pre-LN block's pattern,
+// where the norm's backward adds x's gradient into h's, which holds the skip path's already and
+// alone (nn/norm.hpp, accumulate_product with beta 1).
+TEST_CASE("layer_norm and rms_norm: finite differences agree with every gradient, alone and beside a residual") {
   const std::int64_t tokens = 3, H = 5;
-  for (bool rms : {false, true}) {
+  for (const auto& norm_and_residual : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+    const bool rms = norm_and_residual.first, residual = norm_and_residual.second;  // (CAPTURE takes no bindings)
     CAPTURE(rms);
+    CAPTURE(residual);
     // The loss sum(norm(x, w, b) * g) with one element of x, w or b bumped.
     const auto loss_of = [&](int which, std::int64_t at, double bump) {
       const auto with = [&](int k, auto f) {
@@ -419,8 +424,10 @@ TEST_CASE("layer_norm and rms_norm: finite differences agree with every gradient
           world(), {tokens, H}, [](std::span<const std::int64_t> i) { return table_at(i[0], i[1], 44); });
       auto xs = x, ws = w, bs = b;
       xs.requires_grad(), ws.requires_grad(), bs.requires_grad();
-      Tensor<double, Invariant> y = rms ? Tensor<double, Invariant>(rms_norm(xs, ws, 1e-5))
-                                        : Tensor<double, Invariant>(layer_norm(xs, ws, bs, 1e-5));
+      const Tensor<double, Invariant> h = residual ? Tensor<double, Invariant>(xs + xs) : xs;
+      Tensor<double, Invariant> n = rms ? Tensor<double, Invariant>(rms_norm(h, ws, 1e-5))
+                                        : Tensor<double, Invariant>(layer_norm(h, ws, bs, 1e-5));
+      Tensor<double, Invariant> y = residual ? Tensor<double, Invariant>(h + n * g) : n;
       Tensor<double, Invariant> loss = sum(y * g);
       backward(loss);
       return std::make_tuple(loss.local()[0], xs.grad().clone(), ws.grad().clone(),
