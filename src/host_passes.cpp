@@ -121,20 +121,19 @@ typedef std::int32_t IntPack __attribute__((vector_size(SHARDEX_PACK_BYTES)));
 }
 
 // out[c] = exp(x[c] - shift) * scale over a row (out may be x); returns the sum of the exps.
-// With `next` (the next row, next_cols long), that row is asked of memory a
+// With `next` (the next row, as long), that row is asked of memory a
 // line (16 floats) at a time, spread over this row's loop: the exps are
 // arithmetic on a row in cache, and the next row's pass then finds it in L2
 // instead of waiting on memory with nothing else to do (cross-entropy over
 // GPT-2's 25129 columns a rank: forward 25.5 -> 18.1 ms, bench/RESULTS.md,
 // "The next row's logits asked for early").
-float exp_row(const float* x, float* out, std::int64_t cols, float shift, float scale, const float* next = nullptr,
-              std::int64_t next_cols = 0) {
+float exp_row(const float* x, float* out, std::int64_t cols, float shift, float scale, const float* next = nullptr) {
   constexpr std::int64_t n = pack_size<float>, step = 2 * n;
   FloatPack s0{}, s1{};
   std::int64_t c = 0;
   // The next row's lines spread evenly over this row's iterations (Bresenham: `owed` counts the
   // lines due, in units of 1 / iterations), each asked for once, none past the row.
-  const std::int64_t iterations = cols / step, lines = next && iterations > 0 ? (next_cols + 15) / 16 : 0;
+  const std::int64_t iterations = cols / step, lines = next && iterations > 0 ? (cols + 15) / 16 : 0;
   std::int64_t owed = 0, line_at = 0;
   for (; c + step <= cols; c += step) {
     if (lines > 0)
@@ -370,7 +369,7 @@ void Host::row_max_sum_exp_and_target(const T* logits, const I* targets, T* max,
     const host::ConstArrayMap<T> x(row, static_cast<Eigen::Index>(cols));
     max[t] = cols == 0 ? -std::numeric_limits<T>::infinity() : x.maxCoeff();
     if constexpr (std::is_same_v<T, float>)
-      sum_exp[t] = exp_row(row, nullptr, cols, max[t], 1.0f, t + 1 < rows ? row + cols : nullptr, cols);
+      sum_exp[t] = exp_row(row, nullptr, cols, max[t], 1.0f, t + 1 < rows ? row + cols : nullptr);
     else
       sum_exp[t] = cols == 0 ? T(0) : (x - max[t]).exp().sum();
     const std::int64_t c = tokens::owned_row(targets[t], first, cols);
@@ -390,7 +389,7 @@ void Host::cross_entropy_backward(const T* logits, const I* targets, const T* ma
   for (std::int64_t t = 0; t < rows; ++t) {
     if constexpr (std::is_same_v<T, float>) {
       exp_row(logits + t * cols, dlogits + t * cols, cols, max[t], scale[t] / sum_exp[t],
-              t + 1 < rows ? logits + (t + 1) * cols : nullptr, cols);
+              t + 1 < rows ? logits + (t + 1) * cols : nullptr);
     } else {
       const auto n = static_cast<Eigen::Index>(cols);
       host::ArrayMap<T>(dlogits + t * cols, n) =
