@@ -17,7 +17,11 @@ dropout) on one batch of B sequences of T tokens, by:
 
 usage: bench/gpt2_step_torch.py [--impl megatron|transformers] [--layers L] [--heads N]
        [--width H] [--context C] [--vocab V] [--batch B] [--seq T] [--ranks R]
-       [--threads P] [--steps S] [--warmup W] [--seed K] [--dtype float32|float64] [--check]
+       [--threads P] [--steps S] [--warmup W] [--seed K] [--dtype float32|float64]
+       [--device cpu|cuda] [--check]
+
+--device cuda runs the transformers peer on the GPU (synchronizing before each
+step's time is taken), the peer of examples/gpt2 --backend nccl.
 
 Prints one JSON line: the median over the timed steps of the step time (max
 over ranks, a barrier before each step), tokens/s, the peak RSS (max over
@@ -47,8 +51,14 @@ def parse_args(argv=None):
                           ("warmup", 2), ("seed", 1)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--check", action="store_true")
     a = p.parse_args(argv)
+    if a.device == "cuda" and (a.impl != "transformers" or a.check):
+        p.error("--device cuda times --impl transformers only (the megatron peer runs gloo on CPU ranks)")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("gpt2_step_torch.py: --device cuda but torch sees no GPU; skipped", file=sys.stderr)
+        sys.exit(77)
     if a.impl == "transformers" and a.ranks not in (None, 1):
         p.error("--impl transformers runs in one process (--ranks 1)")
     a.ranks = (2 if a.impl == "megatron" else 1) if a.ranks is None else a.ranks
@@ -250,6 +260,8 @@ def timed(a, forward_backward, clip_and_step):
         t0 = time.perf_counter()
         loss = forward_backward()
         clip_and_step()
+        if a.device == "cuda":  # the optimizer's kernels are queued, not done, when step() returns
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     return times[a.warmup:], losses[0]
@@ -265,9 +277,9 @@ def hf_model(a, dtype):
     cfg = transformers.GPT2Config(n_layer=a.layers, n_head=a.heads, n_embd=a.width, n_positions=a.context,
                                   vocab_size=a.vocab, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                   use_cache=False)
-    model = transformers.GPT2LMHeadModel(cfg).to(dtype).train()
+    model = transformers.GPT2LMHeadModel(cfg).to(device=a.device, dtype=dtype).train()
     opt = adamw(model.parameters())
-    ids, targets = tokens(a)
+    ids, targets = (t.to(a.device) for t in tokens(a))
     # Not labels=: HF shifts them inside; our targets are already the ids shifted by one.
     return model, *step_fns(opt, lambda: F.cross_entropy(model(ids).logits.view(-1, a.vocab), targets.reshape(-1)),
                             lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item())
@@ -298,7 +310,7 @@ def rss_mib():
 def report(a, step_s, rss, first_loss):
     print(json.dumps({"bench": "gpt2_step", "impl": a.impl, "ranks": a.ranks, "threads": a.threads,
                       "batch": a.batch, "seq": a.seq, "layers": a.layers, "heads": a.heads, "width": a.width,
-                      "vocab": a.vocab, "dtype": a.dtype, "step_ms": round(step_s * 1e3, 3),
+                      "vocab": a.vocab, "dtype": a.dtype, "device": a.device, "step_ms": round(step_s * 1e3, 3),
                       "tokens_per_s": round(a.batch * a.seq / step_s, 1), "peak_rss_mib": round(rss, 1),
                       "first_loss": first_loss, "steps": a.steps, "torch": torch.__version__,
                       "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "detected")},

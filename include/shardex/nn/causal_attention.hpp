@@ -167,24 +167,56 @@ struct CausalShapes {
     const std::int64_t before = rows_per_block * rows_per_block * full * (full + 1) / 2;  // sum of nb * r1 over them
     return hq * (b * pairs + before);
   }
-  /// The `group` query heads of one KV group, rows [r1 - nb, r1), against its K's rows [0, r1): m = nb, n = r1, k = dh.
-  [[nodiscard]] GemmShape scores(std::int64_t nb, std::int64_t r1) const {
-    return {nb, r1, dh, false, true, hq * dh, hk * dh, r1, dh, 0, nb * r1, group()};
+  /// The query heads one batched product takes: `count` of them from `q_head`
+  /// on, `q_step` apart, against KV heads from `kv_head` on, `kv_step` apart.
+  struct HeadRun {
+    std::int64_t q_head, kv_head, count, q_step, kv_step;
+  };
+  /// Calls f(run) for the runs that cover every query head once, in as few
+  /// batched products as the strides allow: one per place in a group (a head
+  /// of every group, each against its own KV head: `group` calls, one in all for
+  /// GPT-2's group of 1), or one per KV group (its heads against one shared KV
+  /// head: `hk` calls, one for multi-query attention). A GPU pays a launch a
+  /// product; the host runs the same products either way.
+  template <class F>
+  void for_each_head_run(F&& f) const {
+    if (hk <= 0) return;
+    if (group() <= hk)
+      for (std::int64_t j = 0; j < group(); ++j) f(HeadRun{j, 0, hk, group(), 1});
+    else
+      for (std::int64_t kv = 0; kv < hk; ++kv) f(HeadRun{kv * group(), kv, group(), 1, 0});
   }
-  /// O_h = P_h V (or dQ_h = dS_h K) for the block's rows: m = nb, n = dh, k = r1, per query head of the group.
-  [[nodiscard]] GemmShape apply(std::int64_t nb, std::int64_t r1) const {
-    return {nb, dh, r1, false, false, r1, hk * dh, hq * dh, nb * r1, 0, dh, group()};
+  /// Calls f(j) for each place j in a group: the run of query heads j, j + group, ...
+  /// whose products accumulate into distinct KV heads (dK, dV), so they batch.
+  template <class F>
+  void for_each_group_place(F&& f) const {
+    if (hk > 0)
+      for (std::int64_t j = 0; j < group(); ++j) f(j);
   }
-  /// dV[0, r1) += P_h^T G_h (or dK += dS_h^T Q_h) for one query head: m = r1, n = dh, k = nb.
+  /// A run's query heads, rows [r1 - nb, r1), against its K's rows [0, r1): m = nb, n = r1, k = dh;
+  /// the scores of query head h at h * nb * r1.
+  [[nodiscard]] GemmShape scores(std::int64_t nb, std::int64_t r1, const HeadRun& run) const {
+    return {
+        nb,       r1, dh, false, true, hq * dh, hk * dh, r1, run.q_step * dh, run.kv_step * dh, run.q_step * nb * r1,
+        run.count};
+  }
+  /// O_h = P_h V (or dQ_h = dS_h K) for the block's rows of a run's heads: m = nb, n = dh, k = r1.
+  [[nodiscard]] GemmShape apply(std::int64_t nb, std::int64_t r1, const HeadRun& run) const {
+    return {
+        nb,       dh, r1, false, false, r1, hk * dh, hq * dh, run.q_step * nb * r1, run.kv_step * dh, run.q_step * dh,
+        run.count};
+  }
+  /// dV[0, r1) += P_h^T G_h (or dK += dS_h^T Q_h) for the query heads at one place of
+  /// every group, each into its own KV head: m = r1, n = dh, k = nb, batched over the KV heads.
   [[nodiscard]] GemmShape apply_transposed(std::int64_t nb, std::int64_t r1) const {
-    return {r1, dh, nb, true, false, r1, hq * dh, hk * dh, 0, 0, 0, 1};
+    return {r1, dh, nb, true, false, r1, hq * dh, hk * dh, group() * nb * r1, group() * dh, dh, hk};
   }
 };
 
 }  // namespace detail
 
-/// Runs the node: per sequence, block of query rows and KV group, batched
-/// GEMMs for the scores (against the keys up to the block's end), the causal
+/// Runs the node: per sequence and block of query rows, GEMMs batched over the
+/// heads (for_each_head_run) for the scores (against the keys up to the block's end), the causal
 /// mask, a row softmax, and the product with V; the backward reuses the
 /// probabilities, or recomputes each block's above attention_kept_probabilities_limit().
 /// @throws invalid_argument unless q, k, v are 4-d with one batch, sequence
@@ -227,9 +259,10 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
   const auto probabilities = [cs, scale](const T* qd, const T* kd, std::int64_t b, std::int64_t r0, std::int64_t r1,
                                          T* p) {
     const std::int64_t nb = r1 - r0;
-    for (std::int64_t g = 0; g < cs.hk; ++g)
-      Dev::gemm(cs.scores(nb, r1), scale, qd + cs.q_at(b, g * cs.group(), r0), kd + cs.kv_at(b, g), T(0),
-                p + g * cs.group() * nb * r1);
+    cs.for_each_head_run([&](const detail::CausalShapes::HeadRun& run) {
+      Dev::gemm(cs.scores(nb, r1, run), scale, qd + cs.q_at(b, run.q_head, r0), kd + cs.kv_at(b, run.kv_head), T(0),
+                p + run.q_head * nb * r1);
+    });
     Dev::causal_mask(p, cs.hq, nb, r1, r0);
     Dev::softmax_rows(p, cs.hq * nb, r1);
   };
@@ -247,9 +280,10 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
         const std::int64_t nb = r1 - r0;
         T* p = kept ? kept.get() + cs.kept_at(b, r0, pairs) : scratch.get();
         probabilities(q.data(), k.data(), b, r0, r1, p);
-        for (std::int64_t g = 0; g < cs.hk; ++g)
-          Dev::gemm(cs.apply(nb, r1), T(1), p + g * cs.group() * nb * r1, v.data() + cs.kv_at(b, g), T(0),
-                    out.data() + cs.q_at(b, g * cs.group(), r0));
+        cs.for_each_head_run([&](const detail::CausalShapes::HeadRun& run) {
+          Dev::gemm(cs.apply(nb, r1, run), T(1), p + run.q_head * nb * r1, v.data() + cs.kv_at(b, run.kv_head), T(0),
+                    out.data() + cs.q_at(b, run.q_head, r0));
+        });
       });
   }
   if (differentiated) {
@@ -277,35 +311,35 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
                  for (std::int64_t b = 0; b < cs.batch; ++b)
                    cs.for_each_block_last_first([&](std::int64_t r0, std::int64_t r1) {
                      const std::int64_t nb = r1 - r0;
-                     // beta for dK's and dV's rows [0, r1): 0 where the sequence's last block writes a
-                     // group's first head, else 1.
-                     const auto into_dkv = [&](std::int64_t h) {
-                       return r1 == cs.seq && h % cs.group() == 0 ? T(0) : T(1);
-                     };
+                     // beta for dK's and dV's rows [0, r1): 0 where the sequence's last block writes
+                     // the first place of each group, else 1.
+                     const auto into_dkv = [&](std::int64_t j) { return r1 == cs.seq && j == 0 ? T(0) : T(1); };
                      const T* p = kept ? kept.get() + cs.kept_at(b, r0, pairs) : scratch.get();
                      if (!kept)  // recomputed: one block at a time
                        probabilities(q.data(), k.data(), b, r0, r1, scratch.get());
-                     for (std::int64_t h = 0; h < cs.hq; ++h) {
-                       const std::int64_t kv = h / cs.group();
-                       if (v.node())  // dV_kv[0, r1) += P_h^T G_h
-                         Dev::gemm(cs.apply_transposed(nb, r1), T(1), p + h * nb * r1, g.data() + cs.q_at(b, h, r0),
-                                   into_dkv(h), dv.data() + cs.kv_at(b, kv));
-                     }
+                     if (v.node())  // dV_kv[0, r1) += P_h^T G_h
+                       cs.for_each_group_place([&](std::int64_t j) {
+                         Dev::gemm(cs.apply_transposed(nb, r1), T(1), p + j * nb * r1, g.data() + cs.q_at(b, j, r0),
+                                   into_dkv(j), dv.data() + cs.kv_at(b, 0));
+                       });
                      if (!q.node() && !k.node()) return;
-                     // dP = G V^T per group, then dS = scale * P * (dP - rowsum(dP * P)) in place.
-                     for (std::int64_t kv = 0; kv < cs.hk; ++kv)
-                       Dev::gemm(cs.scores(nb, r1), T(1), g.data() + cs.q_at(b, kv * cs.group(), r0),
-                                 v.data() + cs.kv_at(b, kv), T(0), ds.get() + kv * cs.group() * nb * r1);
+                     // dP = G V^T, then dS = scale * P * (dP - rowsum(dP * P)) in place.
+                     using Run = detail::CausalShapes::HeadRun;
+                     cs.for_each_head_run([&](const Run& run) {
+                       Dev::gemm(cs.scores(nb, r1, run), T(1), g.data() + cs.q_at(b, run.q_head, r0),
+                                 v.data() + cs.kv_at(b, run.kv_head), T(0), ds.get() + run.q_head * nb * r1);
+                     });
                      Dev::softmax_backward_rows(p, ds.get(), cs.hq * nb, r1, scale);
-                     for (std::int64_t kv = 0; kv < cs.hk; ++kv) {
-                       if (q.node())  // dQ_h[r0, r1) = dS_h K_kv[0, r1)
-                         Dev::gemm(cs.apply(nb, r1), T(1), ds.get() + kv * cs.group() * nb * r1,
-                                   k.data() + cs.kv_at(b, kv), T(0), dq.data() + cs.q_at(b, kv * cs.group(), r0));
-                       if (k.node())  // dK_kv[0, r1) += dS_h^T Q_h over the group's heads
-                         for (std::int64_t h = kv * cs.group(); h < (kv + 1) * cs.group(); ++h)
-                           Dev::gemm(cs.apply_transposed(nb, r1), T(1), ds.get() + h * nb * r1,
-                                     q.data() + cs.q_at(b, h, r0), into_dkv(h), dk.data() + cs.kv_at(b, kv));
-                     }
+                     if (q.node())  // dQ_h[r0, r1) = dS_h K_kv[0, r1)
+                       cs.for_each_head_run([&](const Run& run) {
+                         Dev::gemm(cs.apply(nb, r1, run), T(1), ds.get() + run.q_head * nb * r1,
+                                   k.data() + cs.kv_at(b, run.kv_head), T(0), dq.data() + cs.q_at(b, run.q_head, r0));
+                       });
+                     if (k.node())  // dK_kv[0, r1) += dS_h^T Q_h over the group's heads
+                       cs.for_each_group_place([&](std::int64_t j) {
+                         Dev::gemm(cs.apply_transposed(nb, r1), T(1), ds.get() + j * nb * r1,
+                                   q.data() + cs.q_at(b, j, r0), into_dkv(j), dk.data() + cs.kv_at(b, 0));
+                       });
                    });
                  if (q.node()) q.node()->accumulate(dq);
                  if (k.node()) k.node()->accumulate(dk);
