@@ -335,7 +335,7 @@ auto evaluate(const CausalAttention<Q, K, V>& e) {
                          Dev::gemm(cs.apply(nb, r1, run), T(1), ds.get() + run.q_head * nb * r1,
                                    k.data() + cs.kv_at(b, run.kv_head), T(0), dq.data() + cs.q_at(b, run.q_head, r0));
                        });
-                     if (k.node())  // dK_kv[0, r1) += dS_h^T Q_h over the group's heads
+                     if (k.node())  // dK_kv[0, r1) += dS_h^T Q_h, place j's head of every group at a time
                        cs.for_each_group_place([&](std::int64_t j) {
                          Dev::gemm(cs.apply_transposed(nb, r1), T(1), ds.get() + j * nb * r1,
                                    q.data() + cs.q_at(b, j, r0), into_dkv(j), dk.data() + cs.kv_at(b, 0));
