@@ -4,10 +4,12 @@
 3 ranks, --steps 4. The file must be valid Chrome trace JSON with one process
 per rank, and hold every collective on the 3-rank communicator: per step an
 all_reduce forward (P -> I) and one backward (replicate's adjoint), plus the
-three all_gathers of the last step's gradients. Then scripts/plot_trace.py
-draws it (SKIP, exit 77, where matplotlib is not installed).
+three all_gathers of the last step's gradients. scripts/trace_summary.py must
+count each rank's collectives as the trace holds them, and its self times
+add up to the time the rank's spans cover. Then scripts/plot_trace.py draws it (SKIP, exit 77, where matplotlib is
+not installed).
 
-    check_trace.py EXAMPLE PLOT_SCRIPT MPIRUN [MPIRUN_ARGS...]
+    check_trace.py EXAMPLE PLOT_SCRIPT SUMMARY_SCRIPT MPIRUN [MPIRUN_ARGS...]
 """
 import json
 import os
@@ -20,8 +22,36 @@ import plotting  # noqa: E402  (beside this file)
 from collections import Counter
 
 
+def summary_problems(summary, path, events, ranks):
+    """What is wrong with trace_summary.py's table of the run: each rank's count of each collective
+    (against the trace's own), self times that add up to the time its spans cover."""
+    out = subprocess.run([sys.executable, summary, "--top", "1000", path], capture_output=True, text=True)
+    if out.returncode != 0:
+        return [f"trace_summary.py exited {out.returncode}: {out.stderr.strip()}"]
+    problems, rank, rows, covered = [], None, {}, {}
+    for line in out.stdout.splitlines():
+        if line.startswith("rank "):
+            rank = int(line.split()[1].rstrip(":"))
+            covered[rank] = float(line.split()[2])
+            rows[rank] = {}
+        else:
+            _share, _pct, ms, _unit, count, cat, name = line.split(None, 6)
+            rows[rank][(cat, name)] = (float(ms), int(count))
+    if sorted(rows) != list(range(ranks)):
+        return [f"trace_summary.py listed ranks {sorted(rows)}, expected 0..{ranks - 1}"]
+    for r, table in rows.items():
+        want = Counter(e["name"] for e in events if e["pid"] == r and e["cat"] == "collective")
+        got = Counter({name: n for (cat, name), (_, n) in table.items() if cat == "collective"})
+        if got != want or not want:
+            problems.append(f"trace_summary.py rank {r}: collectives {dict(got)}, the trace's {dict(want)}")
+        total = sum(ms for ms, _ in table.values())
+        if abs(total - covered[r]) > 0.01 * covered[r] + 0.1:
+            problems.append(f"trace_summary.py rank {r}: self times add up to {total:.2f} ms, not {covered[r]:.2f}")
+    return problems
+
+
 def main():
-    exe, plot, mpirun, mpirun_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    exe, plot, summary, mpirun, mpirun_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
     ranks, steps = 3, 4
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "run.json")
@@ -48,6 +78,7 @@ def main():
                         break
         if any(e["dur"] < 0 or e["ts"] < 0 for e in events):
             problems.append("negative times")
+        problems += summary_problems(summary, path, events, ranks)
         return plotting.verdict_then_draw(
             "trace", problems,
             f"{len(events)} events, {ranks} ranks, {2 * steps + 3} collectives per rank on the world communicator", plot, path, tmp)
