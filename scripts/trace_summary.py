@@ -24,27 +24,30 @@ def self_times(events):
     totals = defaultdict(lambda: [0.0, 0])
     covered = 0.0
     by_thread = defaultdict(list)
-    for e in events:
-        by_thread[e.get("tid", 0)].append(e)
+    for i, e in enumerate(events):
+        by_thread[e.get("tid", 0)].append((i, e))
     for spans in by_thread.values():
-        # Parents first: by start, the longer of two at one start outside.
-        spans.sort(key=lambda e: (e["ts"], -e["dur"]))
+        # Parents first: by start, the longer of two at one start outside, and of two alike the
+        # later in the file (a span is written when it closes, so a parent after its children).
+        spans.sort(key=lambda ie: (ie[1]["ts"], -ie[1]["dur"], -ie[0]))
         stack = []  # [end, key, children's time, duration]
 
         def close(frame):
             end, key, children, dur = frame
             totals[key][0] += max(dur - children, 0.0)
 
-        for e in spans:
+        for _, e in spans:
             while stack and e["ts"] >= stack[-1][0]:
                 close(stack.pop())
             key = (e.get("cat", "?"), e["name"])
             totals[key][1] += 1
-            if stack:
-                stack[-1][2] += e["dur"]
+            start, end = e["ts"], e["ts"] + e["dur"]
+            if stack:  # a child that ends a hair after its parent (the clocks' rounding) ends with it
+                end = min(end, stack[-1][0])
+                stack[-1][2] += end - start
             else:
-                covered += e["dur"]
-            stack.append([e["ts"] + e["dur"], key, 0.0, e["dur"]])
+                covered += end - start
+            stack.append([end, key, 0.0, end - start])
         while stack:
             close(stack.pop())
     return totals, covered

@@ -50,6 +50,30 @@ def summary_problems(summary, path, events, ranks):
     return problems
 
 
+def synthetic_problems(summary, tmp):
+    """trace_summary.py on a hand-made trace whose self times are known: a child inside its parent
+    (written before it, as spans are), a child that ends a microsecond after its parent followed by
+    a span from the parent's end, and two spans alike (the later in the file outside)."""
+    spans = [("child", 2000, 3000), ("parent", 0, 10000), ("late child", 25000, 5001), ("parent 2", 20000, 10000),
+             ("next", 30000, 10000), ("inner", 50000, 10000), ("outer", 50000, 10000)]
+    path = os.path.join(tmp, "synthetic.json")
+    with open(path, "w") as f:
+        json.dump({"traceEvents": [{"name": n, "cat": "eval", "ph": "X", "pid": 0, "tid": 0, "ts": t, "dur": d}
+                                   for n, t, d in spans]}, f)
+    out = subprocess.run([sys.executable, summary, path], capture_output=True, text=True)
+    want = {"child": 3.0, "parent": 7.0, "late child": 5.0, "parent 2": 5.0, "next": 10.0, "inner": 10.0, "outer": 0.0}
+    got, covered = {}, None
+    for line in out.stdout.splitlines():
+        if line.startswith("rank "):
+            covered = float(line.split()[2])
+        elif line.strip():
+            _share, _pct, ms, _unit, _count, _cat, name = line.split(None, 6)
+            got[name] = float(ms)
+    if out.returncode != 0 or got != want or covered != 40.0:
+        return [f"trace_summary.py on a hand-made trace: self times {got}, {covered} ms covered; expected {want}, 40.0"]
+    return []
+
+
 def main():
     exe, plot, summary, mpirun, mpirun_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
     ranks, steps = 3, 4
@@ -78,7 +102,7 @@ def main():
                         break
         if any(e["dur"] < 0 or e["ts"] < 0 for e in events):
             problems.append("negative times")
-        problems += summary_problems(summary, path, events, ranks)
+        problems += summary_problems(summary, path, events, ranks) + synthetic_problems(summary, tmp)
         return plotting.verdict_then_draw(
             "trace", problems,
             f"{len(events)} events, {ranks} ranks, {2 * steps + 3} collectives per rank on the world communicator", plot, path, tmp)
