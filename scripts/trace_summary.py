@@ -24,18 +24,17 @@ def self_times(events):
     totals = defaultdict(lambda: [0.0, 0])
     covered = 0.0
     by_thread = defaultdict(list)
+
+    def close(frame):  # [end, key, children's time, duration]
+        totals[frame[1]][0] += max(frame[3] - frame[2], 0.0)
+
     for i, e in enumerate(events):
         by_thread[e.get("tid", 0)].append((i, e))
     for spans in by_thread.values():
         # Parents first: by start, the longer of two at one start outside, and of two alike the
         # later in the file (a span is written when it closes, so a parent after its children).
         spans.sort(key=lambda ie: (ie[1]["ts"], -ie[1]["dur"], -ie[0]))
-        stack = []  # [end, key, children's time, duration]
-
-        def close(frame):
-            end, key, children, dur = frame
-            totals[key][0] += max(dur - children, 0.0)
-
+        stack = []  # frames as close() takes them
         for _, e in spans:
             while stack and e["ts"] >= stack[-1][0]:
                 close(stack.pop())

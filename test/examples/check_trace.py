@@ -22,31 +22,40 @@ import plotting  # noqa: E402  (beside this file)
 from collections import Counter
 
 
+def run_summary(summary, path):
+    """trace_summary.py's table of a trace: (None, {rank: (ms covered, {(category, name): (self ms, count)})}),
+    or (what went wrong, None)."""
+    out = subprocess.run([sys.executable, summary, "--top", "1000", path], capture_output=True, text=True)
+    if out.returncode != 0:
+        return f"trace_summary.py exited {out.returncode}: {out.stderr.strip()}", None
+    ranks, rows = {}, None
+    for line in out.stdout.splitlines():
+        if line.startswith("rank "):
+            rows = {}
+            ranks[int(line.split()[1].rstrip(":"))] = (float(line.split()[2]), rows)
+        elif line.strip():
+            _share, _pct, ms, _unit, count, cat, name = line.split(None, 6)
+            rows[(cat, name)] = (float(ms), int(count))
+    return None, ranks
+
+
 def summary_problems(summary, path, events, ranks):
     """What is wrong with trace_summary.py's table of the run: each rank's count of each collective
     (against the trace's own), self times that add up to the time its spans cover."""
-    out = subprocess.run([sys.executable, summary, "--top", "1000", path], capture_output=True, text=True)
-    if out.returncode != 0:
-        return [f"trace_summary.py exited {out.returncode}: {out.stderr.strip()}"]
-    problems, rank, rows, covered = [], None, {}, {}
-    for line in out.stdout.splitlines():
-        if line.startswith("rank "):
-            rank = int(line.split()[1].rstrip(":"))
-            covered[rank] = float(line.split()[2])
-            rows[rank] = {}
-        else:
-            _share, _pct, ms, _unit, count, cat, name = line.split(None, 6)
-            rows[rank][(cat, name)] = (float(ms), int(count))
-    if sorted(rows) != list(range(ranks)):
-        return [f"trace_summary.py listed ranks {sorted(rows)}, expected 0..{ranks - 1}"]
-    for r, table in rows.items():
+    error, tables = run_summary(summary, path)
+    if error:
+        return [error]
+    if sorted(tables) != list(range(ranks)):
+        return [f"trace_summary.py listed ranks {sorted(tables)}, expected 0..{ranks - 1}"]
+    problems = []
+    for r, (covered, table) in tables.items():
         want = Counter(e["name"] for e in events if e["pid"] == r and e["cat"] == "collective")
         got = Counter({name: n for (cat, name), (_, n) in table.items() if cat == "collective"})
         if got != want or not want:
             problems.append(f"trace_summary.py rank {r}: collectives {dict(got)}, the trace's {dict(want)}")
         total = sum(ms for ms, _ in table.values())
-        if abs(total - covered[r]) > 0.01 * covered[r] + 0.1:
-            problems.append(f"trace_summary.py rank {r}: self times add up to {total:.2f} ms, not {covered[r]:.2f}")
+        if abs(total - covered) > 0.01 * covered + 0.1:
+            problems.append(f"trace_summary.py rank {r}: self times add up to {total:.2f} ms, not {covered:.2f}")
     return problems
 
 
@@ -60,16 +69,13 @@ def synthetic_problems(summary, tmp):
     with open(path, "w") as f:
         json.dump({"traceEvents": [{"name": n, "cat": "eval", "ph": "X", "pid": 0, "tid": 0, "ts": t, "dur": d}
                                    for n, t, d in spans]}, f)
-    out = subprocess.run([sys.executable, summary, path], capture_output=True, text=True)
+    error, tables = run_summary(summary, path)
+    if error:
+        return [error]
     want = {"child": 3.0, "parent": 7.0, "late child": 5.0, "parent 2": 5.0, "next": 10.0, "inner": 10.0, "outer": 0.0}
-    got, covered = {}, None
-    for line in out.stdout.splitlines():
-        if line.startswith("rank "):
-            covered = float(line.split()[2])
-        elif line.strip():
-            _share, _pct, ms, _unit, _count, _cat, name = line.split(None, 6)
-            got[name] = float(ms)
-    if out.returncode != 0 or got != want or covered != 40.0:
+    covered, table = tables.get(0, (None, {}))
+    got = {name: ms for (_, name), (ms, _) in table.items()}
+    if got != want or covered != 40.0:
         return [f"trace_summary.py on a hand-made trace: self times {got}, {covered} ms covered; expected {want}, 40.0"]
     return []
 
