@@ -47,10 +47,14 @@ TEST_CASE("trace: every collective of every rank is in the merged file, with its
   const auto s = eager::dynamic_slice<Sharded<0>>(g, lens);  // local
   Tensor<double, Replicated> loss = sum(replicate(w));       // local forward ...
   backward(loss);                                            // ... its adjoint: collective 3
+  const auto w2 = Tensor<double, Replicated>::ones(comm, {3, 2});
+  const Tensor<double, Replicated> m = matmul(g, w2), e = g * g + g;  // spans named by their roots
   const std::int64_t written = trace::stop();
   CHECK(!trace::enabled());
   (void)s;
   (void)r;
+  (void)m;
+  (void)e;
   if (comm.rank() == 0) {
     std::ifstream in(path);
     REQUIRE(in.good());
@@ -67,6 +71,11 @@ TEST_CASE("trace: every collective of every rank is in the merged file, with its
           2 * n);  // forward, and replicate's adjoint
     CHECK(occurrences(text, "\"name\":\"slice\",\"cat\":\"local\"") == n);
     CHECK(occurrences(text, "\"name\":\"backward(loss)\",\"cat\":\"backward\"") == n);
+    // Evaluated expressions by their roots: the sum, the product, the element-wise tree's outer op.
+    CHECK(occurrences(text, "\"name\":\"sum\",\"cat\":\"eval\"") == n);
+    CHECK(occurrences(text, "\"name\":\"matmul\",\"cat\":\"eval\"") == n);
+    CHECK(occurrences(text, "\"name\":\"add\",\"cat\":\"eval\"") == n);
+    CHECK(occurrences(text, "\"name\":\"all_gather\",\"cat\":\"eval\"") == n);  // around its collective
     CHECK(occurrences(text, "\"from\":\"S(0)" + to_string(std::span<const std::int64_t>(lens)) + "\"") >= n);
     CHECK(occurrences(text, "\"strategy\":\"") == 3 * n);
     CHECK(written == occurrences(text, "\"ph\":\"X\""));

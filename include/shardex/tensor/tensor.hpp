@@ -41,6 +41,37 @@
 
 namespace shardex {
 
+namespace detail {
+/// The name of an evaluated expression's span in a trace (core/trace.hpp): its
+/// root's, as explain() names it (a layer's node_name, a transition's name, such
+/// as "all_reduce", "matmul", the outermost op of an element-wise tree), so that
+/// a forward's time reads by operation; "eval" for any other root. The span
+/// holds the root's operands too, where they are expressions evaluated with it.
+template <class E>
+constexpr const char* eval_span_name(const E& e) {
+  if constexpr (requires {
+                  { E::node_name } -> std::convertible_to<const char*>;
+                })
+    return E::node_name;
+  else if constexpr (requires {
+                       { e.name() } -> std::same_as<const char*>;
+                     })
+    return e.name();  // a transition's: a string literal (expr/redistribute.hpp)
+  else if constexpr (requires {
+                       e.op();
+                       e.args();
+                     })
+    return std::remove_cvref_t<decltype(e.op())>::name;
+  else if constexpr (requires {
+                       e.lhs();
+                       e.rhs();
+                     })
+    return "matmul";
+  else
+    return "eval";
+}
+}  // namespace detail
+
 /// @brief A rank's local part of a global tensor of element type T, with the
 /// layout L in the type, on `Device` (Host, or Cuda in the GPU backend).
 ///
@@ -542,7 +573,8 @@ private:
     static_assert(std::same_as<typename E::layout_type, L>, SHARDEX_ERR_TENSOR_EXPR_LAYOUT);
     static_assert(std::same_as<typename E::value_type, T>, SHARDEX_ERR_TENSOR_EXPR_TYPE);
     if constexpr (std::same_as<typename E::layout_type, L> && std::same_as<typename E::value_type, T>) {
-      trace::Span span("eval", "eval");  // the expression's local math (its transitions are spans of their own)
+      // The expression's local math (its transitions are spans of their own).
+      trace::Span span("eval", detail::eval_span_name(e));
       Tensor out = evaluate(e);
       if (span.on()) span.set_args(trace::json_string_member("result", out.describe()));
       return out;
