@@ -50,7 +50,7 @@ struct Gpt2Flags : example::Flags {
   double min_lr_ratio = 0.1, weight_decay = 0.1, clip = 1.0, val_fraction = 0.1;
   double expect_val_below = 0;  // 0: no bound
   std::string load, save, resume, tokenizer, mesh;
-  bool vocab_given = false;
+  bool vocab_given = false, seed_given = false;
   bool eval_only = false, check = false, sequence_parallel = false;
   // Generation.
   std::string prompt;
@@ -310,7 +310,10 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   if (!f.tokenizer.empty()) tokenizer.emplace(gpt2::Tokenizer::load(f.tokenizer));  // every rank: the same files
   const gpt2::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
   const gpt2::Config config = config_of(comm, f, tok);
-  if (f.seq > config.context)
+  // Training, --eval and --check read sequences of --seq tokens; --generate
+  // alone crops its window to the context.
+  const bool needs_data = f.eval_only || f.steps > 0 || f.check;
+  if (needs_data && f.seq > config.context)
     throw example::usage_error("--seq " + std::to_string(f.seq) + " is longer than the model's context of " +
                                std::to_string(config.context));
   const gpt2::DataParallel<T, Dev> parallel(mesh, f.batch, f.seq);
@@ -337,7 +340,6 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   }
 
   // --eval: the loaded weights' mean loss over batches from the first token, nothing else.
-  const bool needs_data = f.eval_only || f.steps > 0 || f.check;
   std::optional<gpt2::Tokens> tokens;
   if (needs_data) tokens = gpt2::read_tokens(comm, f.data, config.vocab, f.batch * f.seq + 1, tok);
   if (f.eval_only) {
@@ -363,6 +365,10 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   gpt2::TrainingState state{0, 0, seed};
   if (!f.resume.empty()) {
     state = gpt2::resume_checkpoint(f.resume, model, opt);
+    // The run goes on with its own seed (its sampling), as if never stopped.
+    if (f.seed_given && static_cast<std::uint64_t>(f.seed) != state.seed)
+      throw example::usage_error("--seed " + std::to_string(f.seed) + ": the run resumed from " + f.resume +
+                                 " has the seed " + std::to_string(state.seed) + "; leave --seed out");
     if (data) data->set_position(state.data_position);
     if (talk) std::cout << "  resumed " << gpt2::weights_file(f.resume) << " at step " << state.step << "\n";
   }
@@ -446,7 +452,7 @@ int run(const mpi::Communicator& comm, const Gpt2Flags& f) {
   }
 
   if (f.generate) {
-    const gpt2::Sampling how{f.temperature, f.top_k, seed};
+    const gpt2::Sampling how{f.temperature, f.top_k, state.seed};
     const auto prompt = prompt_tokens(f.prompt, config.vocab, tok);
     const auto out = gpt2::generate(model, prompt, f.tokens, how);
     if (talk)
@@ -585,7 +591,8 @@ int main(int argc, char** argv) {
   example::add_speeds(app, f, 0,
                       "relative speeds, one per rank (of a tensor-parallel group with --mesh; 0: nothing); empty: "
                       "even; auto: measured");
-  app.add_option("--seed", f.seed, "seed of the initial weights and of sampling")->transform(integer(0));
+  app.add_option("--seed", f.seed, "seed of the initial weights and of sampling (a resumed run keeps its checkpoint's)")
+      ->transform(integer(0));
   app.add_option("--dtype", f.dtype, "element type")->check(CLI::IsMember({"float", "double"}));
   app.add_option("--backend", f.backend, "mpi: host tensors; nccl: GPUs")->check(CLI::IsMember({"mpi", "nccl"}));
   app.add_option("--log", f.log, "rank 0 writes each step's loss, validation loss, lr and time to this CSV file");
@@ -603,6 +610,10 @@ int main(int argc, char** argv) {
                                                 std::to_string(groups) + " or more");
     f.generate = app.count("--generate") > 0;
     f.vocab_given = app.count("--vocab") > 0;
+    f.seed_given = app.count("--seed") > 0;
+    if (f.save_every > 0 && f.save.empty())
+      throw CLI::ValidationError("--save-every",
+                                 std::to_string(f.save_every) + " saves to --save's directory: give --save DIR");
     if (f.eval_only && f.load.empty()) throw CLI::ValidationError("--eval evaluates loaded weights: give --load DIR");
     if (!f.load.empty() && !f.resume.empty())
       throw CLI::ValidationError("--load and --resume both give the weights: give one");

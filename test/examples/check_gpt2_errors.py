@@ -66,6 +66,17 @@ def main():
             save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
             return path
 
+        header_length = int.from_bytes(weights[:8], "little")
+
+        def with_dtype(dtype):
+            """The good weights with their first tensor's dtype replaced in the header."""
+            header = json.loads(weights[8:8 + header_length])
+            first = next(k for k in header if k != "__metadata__")
+            header[first]["dtype"] = dtype
+            text = json.dumps(header).encode()
+            text += b" " * (-len(text) % 8)
+            return len(text).to_bytes(8, "little") + text + weights[8 + header_length:]
+
         ids = b"".join(i.to_bytes(2, "little") for i in [1, 2, 3, 300, 4] * 40)
         cases = [
             ("heads that do not divide the width", ["--heads", "5", "--width", "8"], "error",
@@ -79,9 +90,15 @@ def main():
             ("config.json: not JSON", ["--load", checkpoint("notjson", config_text="{")], "error", "is not JSON"),
             ("no config.json", ["--load", os.path.join(d, "nothing")], "error", "cannot read the config"),
             ("truncated weights", ["--load", checkpoint("truncated", weights_bytes=weights[: len(weights) // 2])],
-             "error", "model.safetensors"),
+             "error", "but the file's data section has " + str(len(weights) // 2 - 8 - header_length) +
+             " bytes (a truncated file, or offsets that lie)"),
+            ("weights cut inside the header", ["--load", checkpoint("cut", weights_bytes=weights[:100])],
+             "error", "is not a safetensors file (or is truncated): its header length is " + str(header_length) +
+             " bytes but the file has 100 bytes"),
             ("corrupt weights header", ["--load", checkpoint("corrupt", weights_bytes=b"\xff" * 64)],
-             "error", "model.safetensors"),
+             "error", "its header length is 18446744073709551615 bytes, more than the 100000000"),
+            ("an unknown dtype in the header", ["--load", checkpoint("dtype", weights_bytes=with_dtype("Q9"))],
+             "error", "has an unknown dtype \"Q9\""),
             ("token ids beyond the vocabulary", ["--data", data_file("ids.bin", ids)], "error",
              "token 3 of " + os.path.join(d, "ids.bin") + " (uint16 token ids) is 300, beyond the model's vocabulary of 257"),
             ("truncated token file", ["--data", data_file("odd.bin", ids[:-1])], "error", "an odd number"),
@@ -89,6 +106,8 @@ def main():
             ("a missing data file", ["--data", os.path.join(d, "nothing.txt")], "error", "cannot open"),
             ("--seq longer than the context", ["--seq", "17"], "usage",
              "--seq 17 is longer than the model's context of 16"),
+            ("a resumed run given another seed", ["--resume", good, "--seed", "5"], "usage",
+             "--seed 5: the run resumed from " + good + " has the seed 1; leave --seed out"),
         ]
         c_attn = misshapen_c_attn()
         if c_attn is None:
@@ -118,6 +137,15 @@ def main():
                   f"{next((l for l in p.stdout.splitlines() if phrase in l), p.stdout.strip()[-300:])}")
             if not ok:
                 failures.append(f"{what}: exit {p.returncode} (want {codes[code]}), phrase {phrase!r}:\n{p.stdout}")
+        # Not an error: --generate alone reads no sequences of --seq tokens, so a --seq
+        # beyond the context does not stop it (it crops its window to the context).
+        p = subprocess.run([mpirun] + args + ["-n", "2", gpt2] + SMALL +
+                           ["--steps", "0", "--seq", "17", "--generate", "ab", "--tokens", "3"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        ok = p.returncode == 0 and "generated (greedy):" in p.stdout
+        print(f"{'ok  ' if ok else 'FAIL'} --generate alone with --seq beyond the context: exit {p.returncode}")
+        if not ok:
+            failures.append("--generate alone with --seq 17 and context 16 did not generate:\n" + p.stdout)
     if failures:
         sys.exit("check_gpt2_errors:\n" + "\n".join(failures))
     print("gpt2: every bad input is a named error")

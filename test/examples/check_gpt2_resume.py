@@ -11,7 +11,10 @@ of its ranks gets SIGKILL: the job must end (mpirun takes the others down)
 within a deadline. It resumes from the last checkpoint on 2 ranks (speeds
 2,1: other lengths) and runs to STEPS; the weights, both AdamW moments and the
 metadata (step, data position, seed) must equal the straight run's within
-1e-12.
+1e-12. Both runs sample a continuation after training (--generate at
+temperature 1): the straight run's and the killed run's --seed 7 is saved in
+the checkpoint, and the resumed run, given no --seed, must sample the same
+text with it.
 
 SCENARIO mesh: data parallelism is the same training. The straight run is on
 2 ranks (speeds 1,2); a run on a 2 x 2 mesh (--mesh 2x2: two dp groups, each
@@ -35,7 +38,8 @@ MODEL = ["--dtype", "double", "--layers", "2", "--heads", "3", "--width", "24", 
 
 
 def run(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="backslashreplace",
+                       timeout=600)
     print("$ " + " ".join(cmd[-14:]) + "\n" + "\n".join(p.stdout.splitlines()[-3:]))
     if p.returncode != 0:
         print(p.stdout)
@@ -78,6 +82,18 @@ SCENARIOS = {
 }
 
 
+# The tp scenario's sample: the seed given to the straight and killed runs, and
+# the sampling flags every run of it gets.
+SEED = ["--seed", "7"]
+SAMPLE = ["--generate", "ab", "--tokens", "12", "--temperature", "1"]
+
+
+def sample(out):
+    """The text --generate printed: from its header to the loss summary."""
+    start = out.find("generated (")
+    return out[start:out.find("mean loss of the first", start)] if start >= 0 else None
+
+
 def compare(mpirun, args, interop, a, b):
     run([mpirun] + args + ["-n", "2", interop, "compare", os.path.join(a, "model.safetensors"),
                            os.path.join(b, "model.safetensors"), "1e-12"])
@@ -86,17 +102,18 @@ def compare(mpirun, args, interop, a, b):
 def main():
     scenario, gpt2, interop, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
     runs = SCENARIOS[scenario]
+    seed, sampling = (SEED, SAMPLE) if scenario == "tp" else ([], [])
     with tempfile.TemporaryDirectory() as d:
         straight, killed, resumed = (os.path.join(d, n) for n in ("straight", "killed", "resumed"))
         n, flags = runs["straight"]
-        run([mpirun] + args + ["-n", n, gpt2, "--save", straight] + flags + MODEL)
+        straight_out = run([mpirun] + args + ["-n", n, gpt2, "--save", straight] + flags + MODEL + seed + sampling)
         for i, (n, flags) in enumerate(runs["alike"]):
             alike = os.path.join(d, f"alike{i}")
             run([mpirun] + args + ["-n", n, gpt2, "--save", alike] + flags + MODEL)
             compare(mpirun, args, interop, straight, alike)
 
         n, flags = runs["killed"]
-        job = subprocess.Popen([mpirun] + args + ["-n", n, gpt2, "--save", killed, "--save-every", "2"] + flags + MODEL,
+        job = subprocess.Popen([mpirun] + args + ["-n", n, gpt2, "--save", killed, "--save-every", "2"] + flags + MODEL + seed,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         weights = os.path.join(killed, "model.safetensors")
         start = time.monotonic()
@@ -125,9 +142,14 @@ def main():
         print(f"the last checkpoint: step {step} of {STEPS}")
 
         n, flags = runs["resumed"]
-        out = run([mpirun] + args + ["-n", n, gpt2, "--resume", killed, "--save", resumed] + flags + MODEL)
+        out = run([mpirun] + args + ["-n", n, gpt2, "--resume", killed, "--save", resumed] + flags + MODEL + sampling)
         if f"at step {step}" not in out:
             sys.exit(f"check_gpt2_resume: the resumed run did not say it resumed at step {step}")
+        if sampling:
+            if sample(straight_out) is None or sample(out) != sample(straight_out):
+                sys.exit("check_gpt2_resume: the resumed run sampled another text than the straight run "
+                         f"(its saved seed not used?):\n{sample(straight_out)!r}\n{sample(out)!r}")
+            print("the resumed run sampled the straight run's text with the saved seed: " + repr(sample(out)))
         compare(mpirun, args, interop, straight, resumed)
     print(f"gpt2 resume ({scenario}): killed at step {step} ({' '.join(runs['killed'][1])} on {runs['killed'][0]} "
           f"ranks), resumed with {' '.join(runs['resumed'][1])} on {runs['resumed'][0]}; it and "
