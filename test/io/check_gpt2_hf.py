@@ -25,6 +25,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_peers import peers_hint  # noqa: E402
+
 try:
     import torch
     import torch.nn.functional as F
@@ -32,7 +34,7 @@ try:
     from safetensors.torch import load_file, save_file
     from transformers import GPT2LMHeadModel
 except ImportError as e:
-    print(f"SKIP: needs torch, transformers and the safetensors package ({e}); scripts/shardex test installs them")
+    print(f"SKIP: needs torch, transformers and the safetensors package ({e}); {peers_hint()}")
     sys.exit(77)
 
 # dtype: (shardex's element type, transformers' dtype, tolerance, the reverse's tolerance)

