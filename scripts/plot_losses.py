@@ -18,7 +18,11 @@ import csv
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit(f"plot_losses.py: needs matplotlib, which {sys.executable} does not have "
+             "(Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -16,7 +16,11 @@ import json
 import sys
 from collections import defaultdict
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit(f"plot_trace.py: needs matplotlib, which {sys.executable} does not have "
+             "(Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -2,13 +2,15 @@
 # SPDX-License-Identifier: MIT
 """examples/gpt2's run options that no other test reaches (issue #26).
 
-    check_gpt2_run.py GPT2 MPIRUN [MPIRUN_ARGS...]
+    check_gpt2_run.py GPT2 PLOT_SCRIPT MPIRUN [MPIRUN_ARGS...]
 
 On 2 ranks, a small model on a short text:
 - `--log run.csv --speeds auto --expect-val-below 10`: exits 0; the speeds are
   measured and split the MLP columns; the CSV has its header and one line per
   step, whose losses and validation losses are the ones printed (the
-  validation loss at the --eval-every steps alone); the bound is said met.
+  validation loss at the --eval-every steps alone); the bound is said met;
+  scripts/plot_losses.py draws the CSV (the test says SKIP, not OK, where
+  matplotlib is not installed).
 - `--expect-val-below 0.5`: exits 4 (did not learn) and says the loss is not below.
 - `--expect-val-below 10 --eval-every 0`: exits 4, no validation loss measured.
 - `--load` of a Hugging Face checkpoint whose names lack the `transformer.`
@@ -22,11 +24,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plotting  # noqa: E402  (beside this file)
+
 SMALL = ["--layers", "1", "--heads", "2", "--width", "8", "--context", "16", "--batch", "2", "--seq", "8"]
 
 
 def main():
-    gpt2, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    gpt2, plot, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     failures = []
 
     def run(extra, want):
@@ -75,6 +80,9 @@ def main():
                 same = same and val == "nan" and not shown_val
         expect("--log's losses and validation losses are the ones printed, validation at steps 8, 16, 24", same,
                out + "\n" + open(log).read() if os.path.exists(log) else out)
+        drawn = plotting.draw(plot, log, d)  # 0 drawn, 1 failed, 77 no matplotlib
+        if drawn == 1:
+            failures.append(f"scripts/plot_losses.py could not draw the GPT-2 log {log}")
 
         # Bounds not met.
         out = run(data + ["--steps", "24", "--eval-every", "8", "--expect-val-below", "0.5"], 4)
@@ -112,6 +120,8 @@ def main():
     if failures:
         sys.exit("check_gpt2_run:\n" + "\n".join(failures))
     print("gpt2: --log, --speeds auto, --expect-val-below and unprefixed checkpoints as documented")
+    if drawn == plotting.SKIP:
+        sys.exit(plotting.SKIP)
 
 
 if __name__ == "__main__":
