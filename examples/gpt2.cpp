@@ -533,7 +533,7 @@ int main(int argc, char** argv) {
   command_line::configure(app);
   Gpt2Flags f;
   // Defaults for the small model of byte tokens (the main example): 1200 steps
-  // (about a minute on 2 cores, two passes over the licence texts), a rate a
+  // (about a minute on 2 cores, about three passes over the licence texts), a rate a
   // model 96 wide trains well at (GPT-2 small: --lr 6e-4).
   f.steps = 1200;
   f.lr = "3e-3";

@@ -21,8 +21,8 @@ import sys
 try:
     import matplotlib
 except ImportError:
-    sys.exit(f"plot_losses.py: needs matplotlib, which {sys.executable} does not have "
-             "(Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3)")
+    sys.exit(f"plot_losses.py: needs matplotlib, which {sys.executable} does not have (Debian: apt-get install "
+             "python3-matplotlib" + (", then run it with /usr/bin/python3)" if sys.executable != "/usr/bin/python3" else ")"))
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

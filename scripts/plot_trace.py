@@ -19,8 +19,8 @@ from collections import defaultdict
 try:
     import matplotlib
 except ImportError:
-    sys.exit(f"plot_trace.py: needs matplotlib, which {sys.executable} does not have "
-             "(Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3)")
+    sys.exit(f"plot_trace.py: needs matplotlib, which {sys.executable} does not have (Debian: apt-get install "
+             "python3-matplotlib" + (", then run it with /usr/bin/python3)" if sys.executable != "/usr/bin/python3" else ")"))
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -33,7 +33,8 @@ def main():
         # A checkpoint to spoil: one step of the small model.
         good = os.path.join(d, "good")
         p = subprocess.run([mpirun] + args + ["-n", "2", gpt2, "--data", text, "--steps", "1", "--save", good] + SMALL,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="backslashreplace",
+                           timeout=120)
         if p.returncode != 0:
             sys.exit("check_gpt2_errors: the good run failed:\n" + p.stdout)
         config = json.load(open(os.path.join(good, "config.json")))
@@ -119,7 +120,8 @@ def main():
         for what, extra, code, phrase in cases:
             cmd = [mpirun] + args + ["-n", "2", gpt2, "--data", text, "--steps", "2"] + SMALL + extra
             try:
-                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="backslashreplace", timeout=60)
             except subprocess.TimeoutExpired:
                 failures.append(f"{what}: no end within 60 s (a hang)")
                 continue
@@ -141,7 +143,8 @@ def main():
         # beyond the context does not stop it (it crops its window to the context).
         p = subprocess.run([mpirun] + args + ["-n", "2", gpt2] + SMALL +
                            ["--steps", "0", "--seq", "17", "--generate", "ab", "--tokens", "3"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="backslashreplace",
+                           timeout=60)
         ok = p.returncode == 0 and "generated (greedy):" in p.stdout
         print(f"{'ok  ' if ok else 'FAIL'} --generate alone with --seq beyond the context: exit {p.returncode}")
         if not ok:

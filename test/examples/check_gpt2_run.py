@@ -36,7 +36,8 @@ def main():
 
     def run(extra, want):
         cmd = [mpirun] + args + ["-n", "2", gpt2] + SMALL + extra
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="backslashreplace",
+                           timeout=120)
         if p.returncode != want:
             failures.append(f"{' '.join(extra)}: exit {p.returncode}, want {want}:\n{p.stdout}")
         return p.stdout

@@ -28,6 +28,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_peers import peers_hint  # noqa: E402
+
 try:
     import numpy as np
 except ImportError:
@@ -96,7 +99,7 @@ def main():
             print("safetensors.numpy.load_file: the same")
         else:
             print(f"SKIP (part) safetensors.numpy.load_file: the safetensors package is not installed for {sys.executable}"
-                  " (pip install safetensors); read with the NumPy reader only")
+                  f" ({peers_hint()}); read with the NumPy reader only")
         # 2. Python -> shardex
         path = os.path.join(d, "from_python.safetensors")
         i, j, k = np.meshgrid(np.arange(2), np.arange(3), np.arange(4), indexing="ij")
@@ -106,7 +109,7 @@ def main():
             print("written by safetensors.numpy.save_file")
         else:
             numpy_write(path, tensors)
-            print("SKIP (part) safetensors.numpy.save_file: the safetensors package is not installed;"
+            print(f"SKIP (part) safetensors.numpy.save_file: the safetensors package is not installed ({peers_hint()});"
                   " written by the NumPy writer of the format instead")
         subprocess.run([mpirun] + mpirun_args + ["-n", "3", exe, "read", path], check=True)
         narrowing(d, exe, mpirun, mpirun_args)

@@ -84,8 +84,11 @@ int main(int argc, char** argv) {
     const auto diff = [&](const std::string& name, const auto& x, const auto& y) {
       ok = ok && x.shape() == y.shape();
       Measured m;
+      constexpr double inf = std::numeric_limits<double>::infinity();
       for (std::int64_t i = 0; ok && i < x.size(); ++i) {
-        m.diff = std::max(m.diff, std::abs(double(x.data()[i]) - double(y.data()[i])));
+        // A NaN or an infinity on either side is a difference, never a match.
+        const double d = std::abs(double(x.data()[i]) - double(y.data()[i]));
+        m.diff = std::max(m.diff, std::isfinite(d) ? d : inf);
         m.scale = std::max(m.scale, std::abs(double(y.data()[i])));
       }
       measured[name] = m;
@@ -108,7 +111,10 @@ int main(int argc, char** argv) {
       if (name.ends_with(bias))
         if (const auto w = measured.find(name.substr(0, name.size() - bias.size()) + ".weight"); w != measured.end())
           scale = std::max(scale, w->second.scale);
-      const double rel = m.diff == 0 ? 0 : scale > 0 ? m.diff / scale : std::numeric_limits<double>::infinity();
+      const double rel = m.diff == 0 ? 0
+                         : std::isfinite(m.diff) && scale > 0 && std::isfinite(scale)
+                             ? m.diff / scale
+                             : std::numeric_limits<double>::infinity();
       if (rel > worst) worst = rel, worst_name = name;
     }
     ok = ok && worst <= tol;
