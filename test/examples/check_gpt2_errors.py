@@ -26,15 +26,19 @@ SMALL = ["--layers", "1", "--heads", "2", "--width", "8", "--context", "16", "--
 def main():
     gpt2, mpirun, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     failures = []
+
+    def gpt2_run(flags, timeout=60):
+        """gpt2 on 2 ranks with the small model and FLAGS; its output undecodable bytes escaped."""
+        return subprocess.run([mpirun] + args + ["-n", "2", gpt2] + SMALL + flags, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="backslashreplace", timeout=timeout)
+
     with tempfile.TemporaryDirectory() as d:
         text = os.path.join(d, "text.txt")
         with open(text, "w") as f:
             f.write("the quick brown fox jumps over the lazy dog. " * 40)
         # A checkpoint to spoil: one step of the small model.
         good = os.path.join(d, "good")
-        p = subprocess.run([mpirun] + args + ["-n", "2", gpt2, "--data", text, "--steps", "1", "--save", good] + SMALL,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="backslashreplace",
-                           timeout=120)
+        p = gpt2_run(["--data", text, "--steps", "1", "--save", good], timeout=120)
         if p.returncode != 0:
             sys.exit("check_gpt2_errors: the good run failed:\n" + p.stdout)
         config = json.load(open(os.path.join(good, "config.json")))
@@ -118,10 +122,8 @@ def main():
                           "tensor \"transformer.h.0.attn.c_attn.weight\" has shape (8, 23) but the config asks for (8, 24)"))
         codes = {"error": 1, "usage": 64}
         for what, extra, code, phrase in cases:
-            cmd = [mpirun] + args + ["-n", "2", gpt2, "--data", text, "--steps", "2"] + SMALL + extra
             try:
-                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="backslashreplace", timeout=60)
+                p = gpt2_run(["--data", text, "--steps", "2"] + extra)
             except subprocess.TimeoutExpired:
                 failures.append(f"{what}: no end within 60 s (a hang)")
                 continue
@@ -141,10 +143,7 @@ def main():
                 failures.append(f"{what}: exit {p.returncode} (want {codes[code]}), phrase {phrase!r}:\n{p.stdout}")
         # Not an error: --generate alone reads no sequences of --seq tokens, so a --seq
         # beyond the context does not stop it (it crops its window to the context).
-        p = subprocess.run([mpirun] + args + ["-n", "2", gpt2] + SMALL +
-                           ["--steps", "0", "--seq", "17", "--generate", "ab", "--tokens", "3"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="backslashreplace",
-                           timeout=60)
+        p = gpt2_run(["--steps", "0", "--seq", "17", "--generate", "ab", "--tokens", "3"])
         ok = p.returncode == 0 and "generated (greedy):" in p.stdout
         print(f"{'ok  ' if ok else 'FAIL'} --generate alone with --seq beyond the context: exit {p.returncode}")
         if not ok:
