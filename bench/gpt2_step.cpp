@@ -5,6 +5,7 @@
 // matrices and embeddings), float32, GPT-2 small's sizes by default.
 //
 //   mpirun -n 2 build/bench/bench_gpt2_step [--batch 4 --seq 64 --steps 5 --warmup 1 --tune-gemm 6]
+//                                           [--sequence-parallel]
 //
 // The model is examples/gpt2/model.hpp split evenly (50257 vocabulary rows
 // over 2 ranks: 25129 + 25128, nothing padded), its optimizer and clipping
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   auto comm = mpi::Communicator::world();
   gpt2::Config c;
   std::int64_t batch = 4, seq = 64, steps = 5, warmup = 1, tune_steps = 6, seed = 1;
+  bool sequence_parallel = false;
   CLI::App app("bench_gpt2_step: one GPT-2 training step with tensor parallelism (bench/gpt2_step_torch.py's work)",
                "bench_gpt2_step");
   command_line::configure(app);
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--tune-gemm", tune_steps,
                  "steps after the warm-up that tune the GEMM kernels (host::tune_gemm_kernels), not measured; 0: none")
       ->transform(integer(0, 1 << 20));
+  app.add_flag("--sequence-parallel", sequence_parallel,
+               "Megatron's sequence parallelism: the norms and the residual stream split over the ranks' tokens");
   app.add_option("--seed", seed, "seed of the weights and the tokens")->transform(integer(0));
   if (const auto code = command_line::parse(app, argc, argv, comm.rank())) return *code;
   return command_line::run("bench_gpt2_step", comm.rank(), [&] {
@@ -99,7 +103,7 @@ int main(int argc, char** argv) {
     if (tune_steps % 2 != 0) throw command_line::usage_error("--tune-gemm takes an even count (0: none)");
     const auto split = gpt2::Split::proportional(c, std::vector<double>(static_cast<std::size_t>(n), 1.0));
     gpt2::Model<T> model(comm, c, split, static_cast<std::uint64_t>(seed));
-    model.trainable();
+    model.trainable().sequence_parallel(sequence_parallel);
     gpt2::AdamW<T, Host> opt(model, AdamOptions{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
     std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
     std::vector<std::int64_t> tokens(static_cast<std::size_t>(batch * seq + 1));
@@ -189,7 +193,8 @@ int main(int argc, char** argv) {
     const double rss_mib = max_over_ranks(comm, double(usage.ru_maxrss) / 1024.0);
     if (comm.rank() == 0)
       std::cout << "{\"bench\":\"gpt2_step\",\"impl\":\"shardex\",\"ranks\":" << n
-                << ",\"threads\":1,\"batch\":" << batch << ",\"seq\":" << seq << ",\"layers\":" << c.layers
+                << ",\"threads\":1,\"sequence_parallel\":" << (sequence_parallel ? "true" : "false")
+                << ",\"batch\":" << batch << ",\"seq\":" << seq << ",\"layers\":" << c.layers
                 << ",\"heads\":" << c.heads << ",\"width\":" << c.width << ",\"vocab\":" << c.vocab
                 << ",\"dtype\":\"float32\",\"step_ms\":" << step_ms
                 << ",\"tokens_per_s\":" << double(batch * seq) / (step_ms / 1e3) << ",\"peak_rss_mib\":" << rss_mib
