@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""bench_gpt2_step runs and reports what it measured (bench/gpt2_step.cpp).
+
+    check_bench_gpt2_step.py BENCH MPIRUN [MPIRUN_ARGS...]
+
+A small GPT-2 (3 heads, a vocabulary of 101: uneven over 2 and 3 ranks) at 1,
+2 and 3 ranks, with tensor parallelism alone and with --sequence-parallel.
+Each run must exit 0 and print one JSON object that says what was run (ranks,
+sizes, sequence_parallel), whose times are positive and consistent (tokens/s
+from the step's time, the parts within the step), and whose first loss is the
+same at every world size and either way (float32: 1e-5 relative) and about
+ln(vocabulary), as a model initialized at std 0.02 gives.
+"""
+import json
+import math
+import subprocess
+import sys
+
+SMALL = ["--layers", "2", "--heads", "3", "--width", "24", "--context", "32", "--vocab", "101",
+         "--batch", "2", "--seq", "16", "--steps", "2", "--warmup", "1", "--tune-gemm", "0"]
+
+
+def run(bench, mpirun, ranks, extra):
+    cmd = (mpirun + ["-n", str(ranks)] if ranks > 1 else []) + [bench] + SMALL + extra
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    what = f"{' '.join(cmd)}"
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {what} exited {p.returncode}\n{p.stdout}{p.stderr}")
+    lines = [l for l in p.stdout.splitlines() if l.strip()]
+    if len(lines) != 1:
+        sys.exit(f"FAIL: {what} printed {len(lines)} lines on stdout, not one JSON object:\n{p.stdout}")
+    return what, json.loads(lines[0])
+
+
+def main():
+    bench, mpirun = sys.argv[1], sys.argv[2:]
+    losses = {}
+    for ranks in (1, 2, 3):
+        for sp in (False, True):
+            what, d = run(bench, mpirun, ranks, ["--sequence-parallel"] if sp else [])
+            expect = {"bench": "gpt2_step", "impl": "shardex", "ranks": ranks, "sequence_parallel": sp, "batch": 2,
+                      "seq": 16, "layers": 2, "heads": 3, "width": 24, "vocab": 101, "steps": 2}
+            wrong = {k: (d.get(k), v) for k, v in expect.items() if d.get(k) != v}
+            if wrong:
+                sys.exit(f"FAIL: {what}: fields (printed, expected) {wrong}")
+            if not d["step_ms"] > 0 or not math.isclose(d["tokens_per_s"], 2 * 16 / (d["step_ms"] / 1e3), rel_tol=1e-4):
+                sys.exit(f"FAIL: {what}: tokens/s {d['tokens_per_s']} is not 32 tokens over {d['step_ms']} ms")
+            for part in ("forward_ms", "backward_ms", "clip_adamw_ms", "products_ms"):
+                if not 0 < d[part] <= d["step_ms"] * 1.5:  # rank 0's parts against the slowest rank's step
+                    sys.exit(f"FAIL: {what}: {part} {d[part]} is not within the step's {d['step_ms']} ms")
+            if not d["peak_rss_mib"] > 0 or not d["gemm_floor_ms"] > 0:
+                sys.exit(f"FAIL: {what}: no peak memory or no floor: {d}")
+            losses[(ranks, sp)] = d["first_loss"]
+            print(f"ranks {ranks}{' sequence-parallel' if sp else ''}: first loss {d['first_loss']}, "
+                  f"step {d['step_ms']:.2f} ms")
+    first = losses[(1, False)]
+    if abs(first - math.log(101)) > 0.1:
+        sys.exit(f"FAIL: the first loss {first} is not about ln(101) = {math.log(101):.4f}")
+    off = {k: v for k, v in losses.items() if not math.isclose(v, first, rel_tol=1e-5)}
+    if off:
+        sys.exit(f"FAIL: first losses differ from one rank's {first}: {off}")
+    print("OK: the same first loss at 1-3 ranks, with and without sequence parallelism")
+
+
+if __name__ == "__main__":
+    main()
