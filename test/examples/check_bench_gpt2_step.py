@@ -24,7 +24,7 @@ SMALL = ["--layers", "2", "--heads", "3", "--width", "24", "--context", "32", "-
 def run(bench, mpirun, ranks, extra):
     cmd = (mpirun + ["-n", str(ranks)] if ranks > 1 else []) + [bench] + SMALL + extra
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    what = f"{' '.join(cmd)}"
+    what = " ".join(cmd)
     if p.returncode != 0:
         sys.exit(f"FAIL: {what} exited {p.returncode}\n{p.stdout}{p.stderr}")
     lines = [l for l in p.stdout.splitlines() if l.strip()]

@@ -39,7 +39,7 @@ def write_f64(path, values):
 
 def judge_refuses(mpirun, args, interop, d):
     """interop compare, the judge above, must say DIFFERENT (exit 1) for a
-    value off by 1e-9 of the tensor's scale, a NaN and an infinity, and
+    value off by 3e-9 (1e-9 of the tensor's scale), a NaN and an infinity, and
     same (exit 0) for equal files."""
     base = os.path.join(d, "base.safetensors")
     write_f64(base, [1.0, -2.0, 3.0])
