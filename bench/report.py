@@ -9,6 +9,9 @@ Collectives: per ranks, op and sharded dim, the ratio of the strategy
 worst over lengths patterns, for 64 KiB and above), its extra microseconds at
 4 KiB, and how many cases `automatic` is within 1.10x of the fastest strategy.
 MLP step: shardex against PyTorch and against the GEMM floor.
+GPT-2 step: shardex against PyTorch Megatron, transformers and its GEMM floor,
+with the issue's targets (bench/RESULTS.md's table), and the rounds run with
+BENCH_GPT2_ROUNDS, each round's ratio and their mean.
 """
 import json
 import statistics
@@ -118,12 +121,55 @@ def mlp(rows):
                   f"{r['step_ms']:.1f} | {r['comm_ms']:.1f} | {floor} | {vs} | {ratio} |")
 
 
+def gpt2(rows):
+    g = [r for r in rows if r.get("bench") == "gpt2_step"]
+    single = [r for r in g if "round" not in r]
+    if single:
+        print("\n### A GPT-2 small training step (float32, 2 ranks)\n")
+        print("| batch x seq | shardex | PyTorch Megatron (2 x 1) | transformers (1 x 2) | shardex / Megatron (target 1.25x) "
+              "| shardex / transformers (target 1.0x) | shardex / floor (target 1.3x) | peak memory per rank: shardex, Megatron, transformers |")
+        print("|---|---|---|---|---|---|---|---|")
+    for shape in sorted({(r["batch"], r["seq"]) for r in single}):
+        at = {r["impl"]: r for r in single if (r["batch"], r["seq"]) == shape}
+        sx = at.get("shardex")
+        if not sx:
+            continue
+        mine = (f"{sx['step_ms']:.0f} ms, {sx['tokens_per_s']:.0f} tokens/s (forward {sx['forward_ms']:.0f}, backward "
+                f"{sx['backward_ms']:.0f}, clipping + AdamW {sx['clip_adamw_ms']:.0f} ms; products {sx['products_ms']:.0f} ms "
+                f"at {sx['products_gflops']:.0f} GFLOP/s, communication {sx['comm_ms']:.0f}, the rest {sx['rest_ms']:.0f})")
+        peers = [at.get("megatron"), at.get("transformers")]
+        cells = [f"{p['step_ms']:.0f} ms, {p['tokens_per_s']:.0f} tokens/s" if p else "-" for p in peers]
+        ratios = [f"{p['step_ms'] / sx['step_ms']:.2f}x" if p else "-" for p in peers]
+        floor = (f"{sx['vs_floor']:.2f}x (floor {sx['gemm_floor_ms']:.0f} ms: {sx['step_gflop']:.0f} GFLOP at "
+                 f"{sx['gemm_gflops_per_rank']:.0f} GFLOP/s)")
+        memory = ", ".join(f"{r['peak_rss_mib']:.0f}" if r else "-" for r in [sx] + peers) + " MiB"
+        print(f"| {shape[0]} x {shape[1]} | {mine} | {cells[0]} | {cells[1]} | {ratios[0]} | {ratios[1]} | {floor} | {memory} |")
+    rounds = defaultdict(dict)
+    for r in g:
+        if "round" in r:
+            rounds[(r["batch"], r["seq"])].setdefault(r["round"], {})[r["impl"]] = r
+    for shape, by_round in sorted(rounds.items()):
+        pairs = [(n, v["shardex"]["step_ms"], v["megatron"]["step_ms"]) for n, v in sorted(by_round.items())
+                 if {"shardex", "megatron"} <= v.keys()]
+        if not pairs:
+            continue
+        ratios = [m / s for _, s, m in pairs]
+        print(f"\nRounds at {shape[0]} x {shape[1]}, shardex's step then Megatron's in each:\n")
+        print("| round | shardex | PyTorch Megatron | shardex / Megatron (target 1.25x) |")
+        print("|---|---|---|---|")
+        for (n, s, m), x in zip(pairs, ratios):
+            print(f"| {n} | {s:.0f} ms | {m:.0f} ms | {x:.3f}x |")
+        print(f"| mean of {len(pairs)} | {statistics.mean(s for _, s, _ in pairs):.0f} ms | "
+              f"{statistics.mean(m for _, _, m in pairs):.0f} ms | **{statistics.mean(ratios):.3f}x** |")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: bench/report.py RESULTS.jsonl")
     rows = load(sys.argv[1])
     collectives(rows)
     mlp(rows)
+    gpt2(rows)
 
 
 if __name__ == "__main__":

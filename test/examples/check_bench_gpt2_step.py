@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """bench_gpt2_step runs and reports what it measured (bench/gpt2_step.cpp).
 
-    check_bench_gpt2_step.py BENCH MPIRUN [MPIRUN_ARGS...]
+    check_bench_gpt2_step.py BENCH REPORT MPIRUN [MPIRUN_ARGS...]
 
 A small GPT-2 (3 heads, a vocabulary of 101: uneven over 2 and 3 ranks) at 1,
 2 and 3 ranks, with tensor parallelism alone and with --sequence-parallel.
@@ -10,12 +10,16 @@ Each run must exit 0 and print one JSON object that says what was run (ranks,
 sizes, sequence_parallel), whose times are positive and consistent (tokens/s
 from the step's time, the parts within the step), and whose first loss is the
 same at every world size and either way (float32: 1e-5 relative) and about
-ln(vocabulary), as a model initialized at std 0.02 gives.
+ln(vocabulary), as a model initialized at std 0.02 gives. Then bench/report.py
+(REPORT) summarizes the 2-rank runs beside Megatron lines made for the check
+(1.5 times the step's time; in two rounds 1.2 and 1.4 times): its table must
+say 1.50x, and its rounds 1.200x, 1.400x and a mean of 1.300x.
 """
 import json
 import math
 import subprocess
 import sys
+import tempfile
 
 SMALL = ["--layers", "2", "--heads", "3", "--width", "24", "--context", "32", "--vocab", "101",
          "--batch", "2", "--seq", "16", "--steps", "2", "--warmup", "1", "--tune-gemm", "0"]
@@ -33,9 +37,32 @@ def run(bench, mpirun, ranks, extra):
     return what, json.loads(lines[0])
 
 
+def check_report(report, tp, sp):
+    """bench/report.py's GPT-2 table and rounds from two real lines and peers made to known ratios."""
+    def peer(d, factor, **extra):
+        return {**extra, "bench": "gpt2_step", "impl": "megatron", "ranks": 2, "threads": 1, "batch": d["batch"],
+                "seq": d["seq"], "step_ms": d["step_ms"] * factor, "tokens_per_s": d["tokens_per_s"] / factor,
+                "peak_rss_mib": 1.0}
+    rows = [tp, peer(tp, 1.5), {**tp, "round": 1}, peer(tp, 1.2, round=1), {**sp, "round": 2}, peer(sp, 1.4, round=2)]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+        f.flush()
+        p = subprocess.run([sys.executable, report, f.name], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        sys.exit(f"FAIL: bench/report.py exited {p.returncode}\n{p.stdout}{p.stderr}")
+    table = [l for l in p.stdout.splitlines() if l.startswith("| 2 x 16 |")]
+    if len(table) != 1 or "| 1.50x | - |" not in table[0]:
+        sys.exit(f"FAIL: bench/report.py's GPT-2 row should say 1.50x over Megatron and no transformers:\n{p.stdout}")
+    for want in ("| 1 | ", "| 1.200x |", "| 1.400x |", "| mean of 2 |", "**1.300x**"):
+        if want not in p.stdout:
+            sys.exit(f"FAIL: bench/report.py's rounds lack {want!r}:\n{p.stdout}")
+    print("OK: bench/report.py's GPT-2 table and rounds: 1.50x, and 1.200x, 1.400x, mean 1.300x")
+
+
 def main():
-    bench, mpirun = sys.argv[1], sys.argv[2:]
+    bench, report, mpirun = sys.argv[1], sys.argv[2], sys.argv[3:]
     losses = {}
+    two_ranks = {}
     for ranks in (1, 2, 3):
         for sp in (False, True):
             what, d = run(bench, mpirun, ranks, ["--sequence-parallel"] if sp else [])
@@ -52,6 +79,8 @@ def main():
             if not d["peak_rss_mib"] > 0 or not d["gemm_floor_ms"] > 0:
                 sys.exit(f"FAIL: {what}: no peak memory or no floor: {d}")
             losses[(ranks, sp)] = d["first_loss"]
+            if ranks == 2:
+                two_ranks[sp] = d
             print(f"ranks {ranks}{' sequence-parallel' if sp else ''}: first loss {d['first_loss']}, "
                   f"step {d['step_ms']:.2f} ms")
     first = losses[(1, False)]
@@ -61,6 +90,7 @@ def main():
     if off:
         sys.exit(f"FAIL: first losses differ from one rank's {first}: {off}")
     print("OK: the same first loss at 1-3 ranks, with and without sequence parallelism")
+    check_report(report, two_ranks[False], two_ranks[True])
 
 
 if __name__ == "__main__":
