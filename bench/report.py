@@ -130,27 +130,32 @@ def gpt2(rows):
               "| shardex / transformers (target 1.0x) | shardex / floor (target 1.3x) | peak memory per rank: shardex, Megatron, transformers |")
         print("|---|---|---|---|---|---|---|---|")
     for shape in sorted({(r["batch"], r["seq"]) for r in single}):
-        at = {r["impl"]: r for r in single if (r["batch"], r["seq"]) == shape}
-        sx = at.get("shardex")
-        if not sx:
-            continue
-        mine = (f"{sx['step_ms']:.0f} ms, {sx['tokens_per_s']:.0f} tokens/s (forward {sx['forward_ms']:.0f}, backward "
-                f"{sx['backward_ms']:.0f}, clipping + AdamW {sx['clip_adamw_ms']:.0f} ms; products {sx['products_ms']:.0f} ms "
-                f"at {sx['products_gflops']:.0f} GFLOP/s, communication {sx['comm_ms']:.0f}, the rest {sx['rest_ms']:.0f})")
-        peers = [at.get("megatron"), at.get("transformers")]
-        cells = [f"{p['step_ms']:.0f} ms, {p['tokens_per_s']:.0f} tokens/s" if p else "-" for p in peers]
-        ratios = [f"{p['step_ms'] / sx['step_ms']:.2f}x" if p else "-" for p in peers]
-        floor = (f"{sx['vs_floor']:.2f}x (floor {sx['gemm_floor_ms']:.0f} ms: {sx['step_gflop']:.0f} GFLOP at "
-                 f"{sx['gemm_gflops_per_rank']:.0f} GFLOP/s)")
-        memory = ", ".join(f"{r['peak_rss_mib']:.0f}" if r else "-" for r in [sx] + peers) + " MiB"
-        print(f"| {shape[0]} x {shape[1]} | {mine} | {cells[0]} | {cells[1]} | {ratios[0]} | {ratios[1]} | {floor} | {memory} |")
+        at = [r for r in single if (r["batch"], r["seq"]) == shape]
+        peers = [next((r for r in at if r["impl"] == impl), None) for impl in ("megatron", "transformers")]
+        # A row per shardex line: tensor parallelism, and sequence parallelism where a line says so.
+        for sx in (r for r in at if r["impl"] == "shardex"):
+            parts = []  # where the step went, as far as the line says (older lines say less)
+            if "forward_ms" in sx:
+                parts.append(f"forward {sx['forward_ms']:.0f}, backward {sx['backward_ms']:.0f}, "
+                             f"clipping + AdamW {sx['clip_adamw_ms']:.0f} ms")
+            if "products_ms" in sx:
+                parts.append(f"products {sx['products_ms']:.0f} ms at {sx['products_gflops']:.0f} GFLOP/s, "
+                             f"communication {sx['comm_ms']:.0f}, the rest {sx['rest_ms']:.0f}")
+            mine = f"{sx['step_ms']:.0f} ms, {sx['tokens_per_s']:.0f} tokens/s" + (f" ({'; '.join(parts)})" if parts else "")
+            cells = [f"{p['step_ms']:.0f} ms, {p['tokens_per_s']:.0f} tokens/s" if p else "-" for p in peers]
+            ratios = [f"{p['step_ms'] / sx['step_ms']:.2f}x" if p and sx["step_ms"] > 0 else "-" for p in peers]
+            floor = (f"{sx['vs_floor']:.2f}x (floor {sx['gemm_floor_ms']:.0f} ms: {sx['step_gflop']:.0f} GFLOP at "
+                     f"{sx['gemm_gflops_per_rank']:.0f} GFLOP/s)" if "vs_floor" in sx else "-")
+            memory = ", ".join(f"{r['peak_rss_mib']:.0f}" if r else "-" for r in [sx] + peers) + " MiB"
+            what = f"{shape[0]} x {shape[1]}" + (" (sequence parallelism)" if sx.get("sequence_parallel") else "")
+            print(f"| {what} | {mine} | {cells[0]} | {cells[1]} | {ratios[0]} | {ratios[1]} | {floor} | {memory} |")
     rounds = defaultdict(dict)
     for r in g:
         if "round" in r:
             rounds[(r["batch"], r["seq"])].setdefault(r["round"], {})[r["impl"]] = r
     for shape, by_round in sorted(rounds.items()):
         pairs = [(n, v["shardex"]["step_ms"], v["megatron"]["step_ms"]) for n, v in sorted(by_round.items())
-                 if {"shardex", "megatron"} <= v.keys()]
+                 if {"shardex", "megatron"} <= v.keys() and v["shardex"]["step_ms"] > 0]
         if not pairs:
             continue
         ratios = [m / s for _, s, m in pairs]

@@ -11,7 +11,7 @@ sizes, sequence_parallel), whose times are positive and consistent (tokens/s
 from the step's time, the parts within the step), and whose first loss is the
 same at every world size and either way (float32: 1e-5 relative) and about
 ln(vocabulary), as a model initialized at std 0.02 gives. Then bench/report.py
-(REPORT) summarizes the 2-rank runs beside Megatron lines made for the check
+(REPORT) summarizes the 2-rank runs (their steps slowed 1000 times) beside Megatron lines made for the check
 (1.5 times the step's time; in two rounds 1.2 and 1.4 times): its table must
 say 1.50x, and its rounds 1.200x, 1.400x and a mean of 1.300x.
 """
@@ -43,6 +43,9 @@ def check_report(report, tp, sp):
         return {**extra, "bench": "gpt2_step", "impl": "megatron", "ranks": 2, "threads": 1, "batch": d["batch"],
                 "seq": d["seq"], "step_ms": d["step_ms"] * factor, "tokens_per_s": d["tokens_per_s"] / factor,
                 "peak_rss_mib": 1.0}
+    # The small model's steps take about a millisecond: slowed 1000 times, so that the report's whole
+    # milliseconds tell the rounds apart.
+    tp, sp = ({**d, "step_ms": d["step_ms"] * 1000, "tokens_per_s": d["tokens_per_s"] / 1000} for d in (tp, sp))
     rows = [tp, peer(tp, 1.5), {**tp, "round": 1}, peer(tp, 1.2, round=1), {**sp, "round": 2}, peer(sp, 1.4, round=2)]
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
@@ -53,9 +56,14 @@ def check_report(report, tp, sp):
     table = [l for l in p.stdout.splitlines() if l.startswith("| 2 x 16 |")]
     if len(table) != 1 or "| 1.50x | - |" not in table[0]:
         sys.exit(f"FAIL: bench/report.py's GPT-2 row should say 1.50x over Megatron and no transformers:\n{p.stdout}")
-    for want in ("| 1 | ", "| 1.200x |", "| 1.400x |", "| mean of 2 |", "**1.300x**"):
-        if want not in p.stdout:
-            sys.exit(f"FAIL: bench/report.py's rounds lack {want!r}:\n{p.stdout}")
+    lines = p.stdout.splitlines()
+    for n, d, factor in ((1, tp, 1.2), (2, sp, 1.4)):
+        want = f"| {n} | {d['step_ms']:.0f} ms | {d['step_ms'] * factor:.0f} ms | {factor:.3f}x |"
+        if want not in lines:
+            sys.exit(f"FAIL: bench/report.py's rounds lack the row {want!r}:\n{p.stdout}")
+    mean = [l for l in lines if l.startswith("| mean of 2 |")]
+    if len(mean) != 1 or not mean[0].endswith("| **1.300x** |"):
+        sys.exit(f"FAIL: bench/report.py's rounds should end with a mean of 2 rounds at 1.300x:\n{p.stdout}")
     print("OK: bench/report.py's GPT-2 table and rounds: 1.50x, and 1.200x, 1.400x, mean 1.300x")
 
 
