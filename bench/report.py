@@ -121,6 +121,22 @@ def mlp(rows):
                   f"{r['step_ms']:.1f} | {r['comm_ms']:.1f} | {floor} | {vs} | {ratio} |")
 
 
+def gpt2_rounds(rows):
+    """The GPT-2 rounds of BENCH_GPT2_ROUNDS: {(batch, seq): [(round, shardex's step_ms,
+    Megatron's step_ms), ...]}, the rounds with both lines, in order (bench/run prints them too)."""
+    by_shape = defaultdict(dict)
+    for r in rows:
+        if r.get("bench") == "gpt2_step" and "round" in r:
+            by_shape[(r["batch"], r["seq"])].setdefault(r["round"], {})[r["impl"]] = r
+    rounds = {}
+    for shape, by_round in sorted(by_shape.items()):
+        pairs = [(n, v["shardex"]["step_ms"], v["megatron"]["step_ms"]) for n, v in sorted(by_round.items())
+                 if {"shardex", "megatron"} <= v.keys() and v["shardex"]["step_ms"] > 0]
+        if pairs:
+            rounds[shape] = pairs
+    return rounds
+
+
 def gpt2(rows):
     g = [r for r in rows if r.get("bench") == "gpt2_step"]
     single = [r for r in g if "round" not in r]
@@ -149,15 +165,7 @@ def gpt2(rows):
             memory = ", ".join(f"{r['peak_rss_mib']:.0f}" if r else "-" for r in [sx] + peers) + " MiB"
             what = f"{shape[0]} x {shape[1]}" + (" (sequence parallelism)" if sx.get("sequence_parallel") else "")
             print(f"| {what} | {mine} | {cells[0]} | {cells[1]} | {ratios[0]} | {ratios[1]} | {floor} | {memory} |")
-    rounds = defaultdict(dict)
-    for r in g:
-        if "round" in r:
-            rounds[(r["batch"], r["seq"])].setdefault(r["round"], {})[r["impl"]] = r
-    for shape, by_round in sorted(rounds.items()):
-        pairs = [(n, v["shardex"]["step_ms"], v["megatron"]["step_ms"]) for n, v in sorted(by_round.items())
-                 if {"shardex", "megatron"} <= v.keys() and v["shardex"]["step_ms"] > 0]
-        if not pairs:
-            continue
+    for shape, pairs in gpt2_rounds(rows).items():
         ratios = [m / s for _, s, m in pairs]
         print(f"\nRounds at {shape[0]} x {shape[1]}, shardex's step then Megatron's in each:\n")
         print("| round | shardex | PyTorch Megatron | shardex / Megatron (target 1.25x) |")
