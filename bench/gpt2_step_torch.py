@@ -31,7 +31,7 @@ loss, every gradient, the gradient norm and the weights after the step (1e-10
 relative): prints "check: OK" or exits 1. Exits 77 when torch (or, where
 needed, transformers) is not importable.
 """
-import argparse, json, math, os, resource, socket, statistics, sys, tempfile, time
+import argparse, json, math, os, resource, statistics, sys, tempfile, time
 
 try:
     import torch
@@ -41,6 +41,7 @@ try:
 except ImportError as e:
     print(f"gpt2_step_torch.py: torch not importable ({e}); skipped", file=sys.stderr)
     sys.exit(77)
+from torch_rendezvous import init_gloo, rendezvous
 
 
 def parse_args(argv=None):
@@ -225,11 +226,10 @@ def tokens(a):
     return stream[:-1].view(a.batch, a.seq), stream[1:].view(a.batch, a.seq)
 
 
-def megatron_worker(rank, a, port, whole_path=None, out_dir=None):
+def megatron_worker(rank, a, store, whole_path=None, out_dir=None):
     torch.set_num_threads(a.threads)
     if a.ranks > 1:
-        os.environ.update(MASTER_ADDR="localhost", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
+        init_gloo(rank, a.ranks, store)
     P = make_params(a, rank, getattr(torch, a.dtype), torch.load(whole_path) if whole_path else None)
     opt = adamw(P.values())
     ids, targets = tokens(a)
@@ -343,7 +343,8 @@ def check(a):
             if n == 1:
                 megatron_worker(0, b, None, path, tmp)
             else:
-                mp.spawn(megatron_worker, args=(b, free_port(), path, tmp), nprocs=n)
+                with rendezvous() as store:
+                    mp.spawn(megatron_worker, args=(b, store, path, tmp), nprocs=n)
             res = [torch.load(os.path.join(tmp, f"{n}_{r}.pt")) for r in range(n)]
             errs = {"loss": rel_err(res[0]["loss"], loss), "norm": rel_err(res[0]["norm"], norm)}
             for key in ("grads", "params"):
@@ -365,12 +366,6 @@ def check(a):
     return 1 if bad else 0
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     a = parse_args()
     if a.check:
@@ -383,7 +378,8 @@ def main():
     elif a.ranks == 1:
         megatron_worker(0, a, None)
     else:
-        mp.spawn(megatron_worker, args=(a, free_port()), nprocs=a.ranks, join=True)
+        with rendezvous() as store:
+            mp.spawn(megatron_worker, args=(a, store), nprocs=a.ranks, join=True)
     return 0
 
 

@@ -27,7 +27,7 @@ F.embedding, ...) with --threads threads. Prints one JSON line per operation:
 the median over the timed steps of the step time and of its forward part (max
 over ranks, a barrier before each step). Exits 77 when torch is not importable.
 """
-import argparse, json, os, socket, statistics, sys, time
+import argparse, json, os, statistics, sys, time
 
 try:
     import torch
@@ -37,6 +37,7 @@ try:
 except ImportError as e:
     print(f"layers_torch.py: torch not importable ({e}); skipped", file=sys.stderr)
     sys.exit(77)
+from torch_rendezvous import init_gloo, rendezvous
 
 OPS = ["cross_entropy", "attention", "layer_norm", "rms_norm", "embedding"]
 
@@ -195,11 +196,10 @@ def max_over_ranks(x):
     return t.item()
 
 
-def run(rank, a, port, out):
+def run(rank, a, store, out):
     torch.set_num_threads(a.threads)
     if a.ranks > 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
+        init_gloo(rank, a.ranks, store)
     for op in OPS if a.op == "all" else [a.op]:
         forward, backward = make_step(op, a, rank)
         steps, fwds = [], []
@@ -230,18 +230,16 @@ def main():
     if a.ranks == 1:
         import queue
         q = queue.Queue()
-        run(0, a, 0, q)
+        run(0, a, None, q)
     else:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        procs = [ctx.Process(target=run, args=(r, a, port, q)) for r in range(a.ranks)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
+        with rendezvous() as store:
+            procs = [ctx.Process(target=run, args=(r, a, store, q)) for r in range(a.ranks)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
         if any(p.exitcode != 0 for p in procs):
             sys.exit(1)
     for _ in OPS if a.op == "all" else [a.op]:

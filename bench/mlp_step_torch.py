@@ -20,7 +20,7 @@ Prints one JSON line on stdout: median over the timed steps of the step time
 (max over ranks, a barrier before each step) and of the time spent inside the
 two all_reduce calls (max over ranks). Exits 77 when torch is not importable.
 """
-import argparse, json, os, socket, statistics, sys, time
+import argparse, json, os, statistics, sys, time
 
 try:
     import torch
@@ -30,6 +30,7 @@ try:
 except ImportError as e:
     print(f"mlp_step_torch.py: torch not importable ({e}); skipped", file=sys.stderr)
     sys.exit(77)
+from torch_rendezvous import init_gloo, rendezvous
 
 
 def parse_args(argv=None):
@@ -125,14 +126,12 @@ def step(t, distributed):
     return loss
 
 
-def worker(rank, nranks, args, port):
+def worker(rank, nranks, args, store):
     global comm_seconds
     torch.set_num_threads(args.threads)
     distributed = nranks > 1
     if distributed:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=nranks)
+        init_gloo(rank, nranks, store)
     t = make_tensors(args, rank, nranks)
     step_s, comm_s = [], []
     for i in range(args.warmup + args.steps):
@@ -166,18 +165,13 @@ def worker(rank, nranks, args, port):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     args = parse_args()
     if args.ranks == 1:
         worker(0, 1, args, None)
     else:
-        mp.spawn(worker, args=(args.ranks, args, free_port()), nprocs=args.ranks, join=True)
+        with rendezvous() as store:
+            mp.spawn(worker, args=(args.ranks, args, store), nprocs=args.ranks, join=True)
     return 0
 
 
