@@ -224,21 +224,24 @@ int type_of_class(int cls) { return cls / (n_trans * n_sizes); }
 // Where a class's time (or rate) of kernel k is kept: n_kernels per class.
 std::size_t at(int cls, int k) { return static_cast<std::size_t>(n_kernels * cls + k); }
 // Whether kernel k competes for class cls (is timed, tuned, chosen): one that
-// runs the class's element type, shardex's for the NN classes and the small
-// and medium ones of every transposition. It runs any transposition
+// runs the class's element type, shardex's for the NN and NT classes and the
+// small and medium ones of every transposition. It runs any transposition
 // (gemm_with), but in GPT-2 small's step its large NT and TN products, chosen
 // from the tuning steps' rates, made the backward 5-8 % slower than
-// OpenBLAS's (bench/RESULTS.md, "shardex's own kernel"); its small products
-// (attention's heads) skip the packing that costs the others most there
-// ("Attention's small products"). The path is the shape's, the choice the
+// OpenBLAS's (bench/RESULTS.md, "shardex's own kernel"), the TN ones the
+// slower; on an Ice Lake its NT products ran 10-15 % faster than OpenBLAS's
+// and the step came 4 % nearer its floor ("On an Intel Ice Lake"), so it
+// competes for NT, and the tuning keeps OpenBLAS's where that is faster. Its
+// small products (attention's heads) skip the packing that costs the others
+// most there ("Attention's small products"). The path is the shape's, the choice the
 // class's: a small or medium product deeper than 1024 or wider than 256
 // takes the panels' path, a large NN one of at most 256 columns the small
 // one; the tuning times them as they run.
 bool candidate(int k, int cls) {
   const auto kernel = static_cast<host::GemmKernel>(k);
-  const bool nn = (cls / n_sizes) % n_trans == 0, small = cls % n_sizes <= 1;
+  const bool a_transposed = (cls / n_sizes) % n_trans >= 2, small = cls % n_sizes <= 1;  // TN or TT
   return host::kernel_available(kernel, type_of_class(cls) == 0 ? 4 : 8) &&
-         (kernel != host::GemmKernel::own || nn || small);
+         (kernel != host::GemmKernel::own || !a_transposed || small);
 }
 // Whether the start-up timing times kernel k on class cls: a candidate of a
 // class that has another (a class with one runs it untimed).

@@ -259,11 +259,10 @@ TEST_CASE(
     if (c.measured) {
       CHECK(k.eigen_gflops > 0);
       CHECK((k.blas_gflops > 0) == host::have_blas());
-      // shardex's competes for the NN classes and every small and medium one (src/host_gemm.cpp: in the
-      // step its large NT and TN products lost).
+      // shardex's competes for the NN and NT classes and every small and medium one (src/host_gemm.cpp: in
+      // the step its large TN products lost).
       const bool small = std::string(k.size) == "small" || std::string(k.size) == "medium";
-      CHECK((k.own_gflops > 0) ==
-            (host::kernel_available(host::GemmKernel::own, k.element_bytes) && ((!k.ta && !k.tb) || small)));
+      CHECK((k.own_gflops > 0) == (host::kernel_available(host::GemmKernel::own, k.element_bytes) && (!k.ta || small)));
       // The fastest, but the BLAS's unless another is more than 5 % faster (src/host_gemm.cpp: the BLAS
       // reads cold operands better than Eigen's kernel).
       host::GemmKernel fastest = host::GemmKernel::eigen;
@@ -462,26 +461,26 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
   // float NN huge (256 x 1000 x 768: at k 768 Eigen's and shardex's sum alike), float NN medium
   // (48 x 1100 x 48, no rows on rank 1) and float NT medium (40 x 1100 x 40; all three compete for the
   // medium classes): the kernels' results differ there (shardex's sums k in blocks of 768 beyond 1024),
-  // so each step shows which ran. float TN small: only a product with k = 0. float NT large (200^3):
+  // so each step shows which ran. float TN small: only a product with k = 0. float TN large (200^3):
   // shardex's does not compete for it, so in shardex's steps it runs its class's kernel, untimed.
   const TunedProduct huge(GemmShape::plain(256, 1000, 768)), medium(GemmShape::plain(w.rank() == 1 ? 0 : 48, 1100, 48)),
       no_k(GemmShape::plain(64, 64, 0, true, false)), nt_medium(GemmShape::plain(40, 1100, 40, false, true)),
-      nt(GemmShape::plain(200, 200, 200, false, true));
+      tn(GemmShape::plain(200, 200, 200, true, false));
   REQUIRE(kernels_differ_on(huge));
   if (w.rank() != 1) REQUIRE(kernels_differ_on(medium));
   REQUIRE(kernels_differ_on(nt_medium));
-  REQUIRE(nt.run_with(host::GemmKernel::eigen) != nt.run_with(host::GemmKernel::blas));
+  REQUIRE(tn.run_with(host::GemmKernel::eigen) != tn.run_with(host::GemmKernel::blas));
   const bool own = host::kernel_available(host::GemmKernel::own, 4);
   const int steps = own ? 6 : 4;  // each kernel two steps
   const host::GemmChoice before = host::gemm_kernels();
   CHECK(before.tuned_steps == 0);
-  const host::GemmKernel nt_kernel = class_named(before, 4, false, true, "large").kernel;
+  const host::GemmKernel tn_kernel = class_named(before, 4, true, false, "large").kernel;
   int step = 0, forced_kernel_ran = 0;
   host::tune_gemm_kernels(w, steps, [&] {  // over a communicator (device/host/gemm_tuning.hpp)
     const host::GemmKernel forced = host::tuning_kernel(step);
     for (const TunedProduct* p : {&huge, &medium, &no_k, &nt_medium})
       forced_kernel_ran += p->run() == p->run_with(forced) ? 1 : 0;
-    forced_kernel_ran += nt.run() == nt.run_with(forced == host::GemmKernel::own ? nt_kernel : forced) ? 1 : 0;
+    forced_kernel_ran += tn.run() == tn.run_with(forced == host::GemmKernel::own ? tn_kernel : forced) ? 1 : 0;
     ++step;
   });
   CHECK(step == steps);
@@ -489,12 +488,12 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
   const host::GemmChoice tuned = host::gemm_kernels();
   CHECK(tuned.tuned_steps == steps);
   for (const auto* k : {&class_named(tuned, 4, false, false, "huge"), &class_named(tuned, 4, false, false, "medium"),
-                        &class_named(tuned, 4, false, true, "medium"), &class_named(tuned, 4, false, true, "large")}) {
+                        &class_named(tuned, 4, false, true, "medium"), &class_named(tuned, 4, true, false, "large")}) {
     CAPTURE(std::string(k->size));
-    CAPTURE(k->tb);
+    CAPTURE(k->ta);
     CHECK(k->tuned_eigen_gflops > 0);
     CHECK(k->tuned_blas_gflops > 0);
-    CHECK((k->tuned_own_gflops > 0) == (own && (!k->tb || std::string(k->size) == "medium")));
+    CHECK((k->tuned_own_gflops > 0) == (own && (!k->ta || std::string(k->size) == "medium")));
     CHECK(k->kernel == highest_tuned(*k));
   }
   // A product of a tuned class now runs its class's new kernel.
@@ -533,16 +532,16 @@ TEST_CASE("tune_gemm_kernels runs each step through one kernel in turn and gives
 }
 
 // With 2 steps and three kernels shardex's runs none: the classes it competes for keep their
-// kernel (NN huge, NT medium), a large NT class (Eigen's and the BLAS's only) is chosen again.
+// kernel (NN huge, NT medium), a large TN class (Eigen's and the BLAS's only) is chosen again.
 TEST_CASE("tune_gemm_kernels chooses a class again only when every kernel competing for it ran" *
           doctest::skip(!host::have_blas() || !host::kernel_available(host::GemmKernel::own, 4) || test::sanitized)) {
   const GemmOverride automatic("auto");
-  const TunedProduct huge(GemmShape::plain(256, 1000, 768)), nt(GemmShape::plain(200, 200, 200, false, true)),
+  const TunedProduct huge(GemmShape::plain(256, 1000, 768)), tn(GemmShape::plain(200, 200, 200, true, false)),
       scores(GemmShape::plain(64, 64, 64, false, true));
   const host::GemmChoice before = host::gemm_kernels();
   host::tune_gemm_kernels(agreement(), 2, [&] {
     CHECK_FALSE(huge.run().empty());
-    CHECK_FALSE(nt.run().empty());
+    CHECK_FALSE(tn.run().empty());
     CHECK_FALSE(scores.run().empty());
   });
   const host::GemmChoice tuned = host::gemm_kernels();
@@ -553,7 +552,7 @@ TEST_CASE("tune_gemm_kernels chooses a class again only when every kernel compet
   const auto& nt_medium = class_named(tuned, 4, false, true, "medium");
   CHECK(nt_medium.kernel == class_named(before, 4, false, true, "medium").kernel);
   CHECK(nt_medium.tuned_eigen_gflops == 0);
-  const auto& k = class_named(tuned, 4, false, true, "large");
+  const auto& k = class_named(tuned, 4, true, false, "large");
   CHECK(k.tuned_eigen_gflops > 0);
   CHECK(k.tuned_blas_gflops > 0);
   CHECK(k.tuned_own_gflops == 0);
